@@ -1,0 +1,118 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	ocg "github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fscommon"
+)
+
+// Usage is what a sandbox consumed, read from its cgroup.
+type Usage struct {
+	MemoryPeakBytes uint64        `json:"memory_peak_bytes"`
+	CPUTime         time.Duration `json:"cpu_time"`
+	OOMKills        uint64        `json:"oom_kills"`
+}
+
+// ReadUsage reads m's peak memory, CPU time and OOM kill count. On v1 the
+// OOM count needs kernel 4.13 (oom_kill in memory.oom_control); on v2 the
+// peak needs 5.19 (memory.peak), else it is the current usage.
+func ReadUsage(m ocg.Manager) (Usage, error) {
+	if ocg.IsCgroup2UnifiedMode() {
+		return readUsageV2(m.Path(""))
+	}
+	return readUsageV1(m.Path("memory"), m.Path("cpuacct"))
+}
+
+func readUsageV1(memDir, cpuDir string) (Usage, error) {
+	if memDir == "" || cpuDir == "" {
+		return Usage{}, errors.New("reading cgroup v1 usage: no memory or cpuacct cgroup path")
+	}
+	var u Usage
+	var err error
+	if u.MemoryPeakBytes, err = fscommon.GetCgroupParamUint(memDir, "memory.max_usage_in_bytes"); err != nil {
+		return Usage{}, fmt.Errorf("reading peak memory: %w", err)
+	}
+	if u.OOMKills, err = fscommon.GetValueByKey(memDir, "memory.oom_control", "oom_kill"); err != nil {
+		return Usage{}, fmt.Errorf("reading OOM kills: %w", err)
+	}
+	ns, err := fscommon.GetCgroupParamUint(cpuDir, "cpuacct.usage")
+	if err != nil {
+		return Usage{}, fmt.Errorf("reading CPU time: %w", err)
+	}
+	u.CPUTime = time.Duration(ns)
+	return u, nil
+}
+
+func readUsageV2(dir string) (Usage, error) {
+	if dir == "" {
+		return Usage{}, errors.New("reading cgroup v2 usage: no cgroup path")
+	}
+	var u Usage
+	var err error
+	u.MemoryPeakBytes, err = fscommon.GetCgroupParamUint(dir, "memory.peak")
+	if errors.Is(err, os.ErrNotExist) {
+		u.MemoryPeakBytes, err = fscommon.GetCgroupParamUint(dir, "memory.current")
+	}
+	if err != nil {
+		return Usage{}, fmt.Errorf("reading peak memory: %w", err)
+	}
+	if u.OOMKills, err = fscommon.GetValueByKey(dir, "memory.events", "oom_kill"); err != nil {
+		return Usage{}, fmt.Errorf("reading OOM kills: %w", err)
+	}
+	usec, err := fscommon.GetValueByKey(dir, "cpu.stat", "usage_usec")
+	if err != nil {
+		return Usage{}, fmt.Errorf("reading CPU time: %w", err)
+	}
+	u.CPUTime = time.Duration(usec) * time.Microsecond
+	return u, nil
+}
+
+// Version is the cgroup version libcontainer will use here: 2 on a unified
+// hierarchy; 1 when a v1 memory hierarchy is mounted (hybrid hosts too).
+func Version() (int, error) {
+	if ocg.IsCgroup2UnifiedMode() {
+		return 2, nil
+	}
+	if _, err := ocg.FindCgroupMountpoint("", "memory"); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNoMemoryController, err)
+	}
+	return 1, nil
+}
+
+// Controllers lists the controllers usable for sandboxes, sorted: on v2 the
+// root's cgroup.controllers (plus devices and freezer, which v2 has
+// without listing them), on v1 the enabled controllers that are mounted.
+func Controllers() ([]string, error) {
+	if ocg.IsCgroup2UnifiedMode() {
+		all, err := ocg.GetAllSubsystems()
+		if err != nil {
+			return nil, fmt.Errorf("listing cgroup v2 controllers: %w", err)
+		}
+		slices.Sort(all)
+		return slices.Compact(all), nil
+	}
+	mounts, err := ocg.GetCgroupMounts(false)
+	if err != nil {
+		return nil, fmt.Errorf("listing cgroup v1 mounts: %w", err)
+	}
+	enabled, err := ocg.GetAllSubsystems()
+	if err != nil {
+		return nil, fmt.Errorf("listing cgroup v1 controllers: %w", err)
+	}
+	var out []string
+	for _, m := range mounts {
+		for _, s := range m.Subsystems {
+			// Named hierarchies such as name=systemd are no controllers.
+			if slices.Contains(enabled, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os/exec"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mcp-forge/forge/runtime/engine"
+)
+
+const benchUsage = `Usage: forge bench [--runs N] [--json] [--image REF]
+
+Measures, in one run on this host: bare python3 -c 'print(1)', cold runs
+(pool off), warm runs (from the pool), and throughput at concurrency 1, 2, 4.
+`
+
+// benchRow is one measured scenario.
+type benchRow struct {
+	Name       string  `json:"name"`
+	Runs       int     `json:"runs"`
+	Failures   int     `json:"failures"`
+	P50MS      float64 `json:"p50_ms"`
+	P95MS      float64 `json:"p95_ms"`
+	P99MS      float64 `json:"p99_ms"`
+	RatioBare  float64 `json:"ratio_to_bare"`
+	Throughput float64 `json:"runs_per_second,omitempty"`
+}
+
+func cmdBench(ctx context.Context, g *globals, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	runs := fs.Int("runs", 200, "")
+	asJSON := fs.Bool("json", false, "")
+	image := fs.String("image", "", "")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *runs < 10 {
+		return usagef("bench: [--runs N>=10] [--json] [--image REF]\n\n%s", benchUsage)
+	}
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	var rows []benchRow
+
+	py := "/usr/bin/python3"
+	if _, err := exec.LookPath(py); err != nil {
+		py = "python3"
+	}
+	bare := measure(*runs/4, func() error {
+		return exec.CommandContext(ctx, py, "-c", "print(1)").Run()
+	})
+	bare.Name = "bare python3 -c (host)"
+	rows = append(rows, bare)
+
+	req := engine.Request{Code: "print(1)", Image: *image, Client: "bench"}
+	cfg.Pool.Enabled = false
+	cold, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log})
+	if err != nil {
+		return err
+	}
+	r := measure(*runs/4, func() error { return runOnce(ctx, cold, req) })
+	r.Name = "cold (pool off)"
+	rows = append(rows, r)
+	cold.Close(time.Second)
+
+	wcfg := *cfg
+	wcfg.Pool.Enabled = true
+	if wcfg.Pool.Size < 4 {
+		wcfg.Pool.Size = 4
+	}
+	warm, err := engine.New(ctx, engine.Options{Config: &wcfg, Logger: g.log})
+	if err != nil {
+		return err
+	}
+	defer warm.Close(time.Second)
+	warm.Prewarm()
+	waitWarm := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			st := warm.PoolStats()
+			if len(st) > 0 && st[0].Ready >= wcfg.Pool.Size {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitWarm()
+	// Sequential warm runs, each after the pool refilled: the latency a
+	// request sees when the pool is doing its job.
+	r = measure(*runs/2, func() error {
+		waitWarm()
+		return runOnce(ctx, warm, req)
+	})
+	r.Name = "warm (pool hit)"
+	rows = append(rows, r)
+
+	for _, c := range []int{1, 2, 4} {
+		waitWarm()
+		r := throughput(ctx, warm, req, c, *runs)
+		rows = append(rows, r)
+	}
+	for i := range rows {
+		if bare.P50MS > 0 {
+			rows[i].RatioBare = rows[i].P50MS / bare.P50MS
+		}
+	}
+	st := warm.PoolStats()
+	if *asJSON {
+		return json.NewEncoder(g.stdout).Encode(map[string]any{"results": rows, "pool": st})
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\truns\tfail\tp50 ms\tp95 ms\tp99 ms\t× bare\truns/s\t")
+	for _, r := range rows {
+		tp := ""
+		if r.Throughput > 0 {
+			tp = fmt.Sprintf("%.1f", r.Throughput)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Name, r.Runs, r.Failures, r.P50MS, r.P95MS, r.P99MS, r.RatioBare, tp)
+	}
+	tw.Flush()
+	for _, s := range st {
+		fmt.Fprintf(g.stdout, "pool %s: hits %d, misses %d, cold starts %d\n", s.Name, s.Hits, s.Misses, s.ColdStarts)
+	}
+	return nil
+}
+
+func runOnce(ctx context.Context, eng *engine.Engine, req engine.Request) error {
+	res, err := eng.Execute(ctx, req)
+	if err != nil {
+		return err
+	}
+	if res.Stdout != "1\n" {
+		return fmt.Errorf("unexpected output %q (error %+v)", res.Stdout, res.Error)
+	}
+	return nil
+}
+
+func measure(n int, f func() error) benchRow {
+	lat := make([]time.Duration, 0, n)
+	fails := 0
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if err := f(); err != nil {
+			fails++
+			continue
+		}
+		lat = append(lat, time.Since(start))
+	}
+	return summarize(lat, n, fails)
+}
+
+func throughput(ctx context.Context, eng *engine.Engine, req engine.Request, conc, n int) benchRow {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var fails atomic.Int64
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < conc; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				t := time.Now()
+				if err := runOnce(ctx, eng, req); err != nil {
+					fails.Add(1)
+					continue
+				}
+				d := time.Since(t)
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	r := summarize(lat, n, int(fails.Load()))
+	r.Name = fmt.Sprintf("throughput, concurrency %d", conc)
+	r.Throughput = float64(len(lat)) / el.Seconds()
+	return r
+}
+
+func summarize(lat []time.Duration, n, fails int) benchRow {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p := func(q float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return float64(lat[int(float64(len(lat)-1)*q)].Microseconds()) / 1000
+	}
+	return benchRow{Runs: n, Failures: fails, P50MS: p(0.50), P95MS: p(0.95), P99MS: p(0.99)}
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mcp-forge/forge/profiles"
+)
+
+// Exit codes of the CLI contract (DESIGN.md).
+const (
+	exitOK       = 0
+	exitUserCode = 1
+	exitUsage    = 2
+	exitInfra    = 3
+)
+
+// usageError is a bad flag, argument or config: exit 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// exitError carries a specific exit code with an optional message.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+func (e exitError) Unwrap() error { return e.err }
+
+const topUsage = `forge: run untrusted Python in sandboxes, as an MCP server or from the shell.
+
+Usage:
+  forge serve   [--config FILE] [--http ADDR]     MCP over stdio, or streamable HTTP at /mcp
+  forge run     [flags] [-f FILE | CODE | -]      one stateless run
+  forge image   ls [--json] | pull REF | import REF | bootstrap [--packages P,..] | rm REF
+  forge gc                                        remove what a crashed forge left behind
+  forge doctor                                    which kernel features this host has
+  forge bench   [--json]                          latency and throughput on this host
+  forge version
+
+Global flags (before the command):
+  --state-dir DIR   state directory (env FORGE_STATE_DIR; default /var/lib/forge as root)
+  --config FILE     configuration file (env FORGE_CONFIG)
+  --log-level L     debug|info|warn|error (default warn; logs go to stderr)
+`
+
+// globals are the flags shared by every command.
+type globals struct {
+	stateDir string
+	config   string
+	logLevel string
+	log      *slog.Logger
+	stdin    io.Reader
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+// Main runs the CLI and returns the process exit code.
+func Main(args []string) int {
+	return run(args, os.Stdin, os.Stdout, os.Stderr)
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("forge", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&g.stateDir, "state-dir", os.Getenv("FORGE_STATE_DIR"), "")
+	fs.StringVar(&g.config, "config", os.Getenv("FORGE_CONFIG"), "")
+	fs.StringVar(&g.logLevel, "log-level", envOr("FORGE_LOG_LEVEL", "warn"), "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, topUsage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "forge: %v\n\n%s", err, topUsage)
+		return exitUsage
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		fmt.Fprint(stderr, topUsage)
+		return exitUsage
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "forge: --log-level %q: want debug, info, warn or error\n", g.logLevel)
+		return exitUsage
+	}
+	g.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	slog.SetDefault(g.log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmds := map[string]func(context.Context, *globals, []string) error{
+		"serve":   cmdServe,
+		"run":     cmdRun,
+		"image":   cmdImage,
+		"gc":      cmdGC,
+		"doctor":  cmdDoctor,
+		"bench":   cmdBench,
+		"version": cmdVersion,
+	}
+	cmd, ok := cmds[rest[0]]
+	if !ok {
+		if rest[0] == "help" {
+			fmt.Fprint(stdout, topUsage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "forge: unknown command %q\n\n%s", rest[0], topUsage)
+		return exitUsage
+	}
+	return exitCode(stderr, cmd(ctx, g, rest[1:]))
+}
+
+// exitCode prints err and maps it to the CLI's exit codes.
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "forge: %v\n", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintf(stderr, "forge: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isUsage(err) {
+		return exitUsage
+	}
+	return exitInfra
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// loadConfig reads the configuration (file, FORGE_* environment, defaults)
+// and applies --state-dir.
+func (g *globals) loadConfig() (*profiles.Config, error) {
+	cfg, err := profiles.Load(g.config)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if g.stateDir != "" {
+		cfg.StateDir = g.stateDir
+	}
+	return cfg, nil
+}
+
+func cmdVersion(_ context.Context, g *globals, _ []string) error {
+	fmt.Fprintln(g.stdout, "forge", version)
+	return nil
+}
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/seccomp"
+)
+
+// check is one host feature forge depends on.
+type check struct {
+	Name     string `json:"name"`
+	Found    bool   `json:"found"`
+	Detail   string `json:"detail,omitempty"`
+	Disables string `json:"disables,omitempty"` // what does not work without it
+}
+
+func hostChecks() []check {
+	var cs []check
+	for _, ns := range []struct{ name, disables string }{
+		{"mnt", "all sandboxes (mount namespace)"},
+		{"pid", "all sandboxes (pid namespace)"},
+		{"ipc", "all sandboxes (ipc namespace)"},
+		{"uts", "all sandboxes (uts namespace)"},
+		{"net", "all sandboxes (network isolation)"},
+		{"cgroup", "all sandboxes (cgroup namespace)"},
+		{"user", "all sandboxes (container root must map to an unprivileged host uid)"},
+	} {
+		_, err := os.Stat("/proc/self/ns/" + ns.name)
+		cs = append(cs, check{Name: "namespace " + ns.name, Found: err == nil, Disables: ns.disables})
+	}
+	maxUserNS := strings.TrimSpace(readFile("/proc/sys/user/max_user_namespaces"))
+	cs = append(cs, check{Name: "user namespaces allowed", Found: maxUserNS != "" && maxUserNS != "0",
+		Detail: "max_user_namespaces=" + maxUserNS, Disables: "all sandboxes"})
+
+	v, verr := cgroups.Version()
+	ctrls, _ := cgroups.Controllers()
+	detail := fmt.Sprintf("cgroup v%d, controllers: %s", v, strings.Join(ctrls, " "))
+	if verr != nil {
+		detail = verr.Error()
+	}
+	cs = append(cs, check{Name: "cgroups", Found: verr == nil, Detail: detail, Disables: "all sandboxes (memory, CPU and pids limits)"})
+	for _, c := range []struct{ name, disables string }{
+		{"memory", "all sandboxes (memory limit, OOM detection)"},
+		{"pids", "all sandboxes (fork-bomb protection)"},
+		{"cpu", "all sandboxes (CPU limit)"},
+		{"freezer", "the warm pool and idle sessions (pause/resume)"},
+	} {
+		found := false
+		for _, have := range ctrls {
+			found = found || have == c.name
+		}
+		if v == 2 && c.name == "freezer" {
+			found = true // cgroup v2 has cgroup.freeze in every cgroup
+		}
+		cs = append(cs, check{Name: "cgroup controller " + c.name, Found: found, Disables: c.disables})
+	}
+	actions := strings.TrimSpace(readFile("/proc/sys/kernel/seccomp/actions_avail"))
+	cs = append(cs, check{Name: "seccomp (kernel)", Found: actions != "", Detail: actions, Disables: "all sandboxes (forge refuses to run unfiltered)"})
+	cs = append(cs, check{Name: "seccomp (this build)", Found: seccomp.Enabled,
+		Detail: map[bool]string{true: "built with -tags seccomp", false: "built without -tags seccomp"}[seccomp.Enabled],
+		Disables: "all sandboxes (forge refuses to run unfiltered)"})
+	fsys := readFile("/proc/filesystems")
+	cs = append(cs, check{Name: "overlayfs", Found: strings.Contains(fsys, "overlay"), Disables: "the image store and shared read-only rootfs"})
+	cs = append(cs, check{Name: "tmpfs", Found: strings.Contains(fsys, "tmpfs"), Disables: "/tmp and /workspace inside sandboxes"})
+	_, err := os.Stat("/usr/sbin/debootstrap")
+	cs = append(cs, check{Name: "debootstrap", Found: err == nil, Disables: "`forge image bootstrap` (pull or import an image instead)"})
+	cs = append(cs, check{Name: "root", Found: os.Geteuid() == 0, Detail: fmt.Sprintf("euid %d", os.Geteuid()), Disables: "all sandboxes (forge runs as root to create user namespaces with a mapped range)"})
+	return cs
+}
+
+func readFile(p string) string {
+	b, _ := os.ReadFile(p)
+	return string(b)
+}
+
+func cmdDoctor(_ context.Context, g *globals, args []string) error {
+	asJSON := len(args) == 1 && args[0] == "--json"
+	if len(args) > 0 && !asJSON {
+		return usagef("doctor: takes only --json")
+	}
+	cs := hostChecks()
+	missing := 0
+	for _, c := range cs {
+		if !c.Found {
+			missing++
+		}
+	}
+	if asJSON {
+		if err := json.NewEncoder(g.stdout).Encode(cs); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "FEATURE\tSTATUS\tDETAIL")
+		for _, c := range cs {
+			status, detail := "found", c.Detail
+			if !c.Found {
+				status = "MISSING"
+				detail = strings.TrimSpace(detail + " — disables " + c.Disables)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, status, detail)
+		}
+		tw.Flush()
+	}
+	if missing > 0 {
+		return exitError{code: exitInfra, err: fmt.Errorf("doctor: %d feature(s) missing", missing)}
+	}
+	return nil
+}
+
+func cmdGC(ctx context.Context, g *globals, args []string) error {
+	if len(args) > 0 {
+		return usagef("gc: takes no arguments")
+	}
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	// Opening the runtime and the store runs their recovery: sandboxes,
+	// cgroups, mounts and temp blobs of dead forge processes go away.
+	rt, err := sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: g.log})
+	if err != nil {
+		return err
+	}
+	rep, err := rt.Cleanup(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := rootfs.Open(ctx, rootfs.Options{StateDir: cfg.StateDir, Logger: g.log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srep, err := st.GC(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "sandboxes removed: %d, cgroups removed: %d\n", len(rep.Sandboxes), len(rep.Cgroups))
+	fmt.Fprintf(g.stdout, "store: %+v\n", srep)
+	return nil
+}

@@ -1,0 +1,26 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/engine"
+)
+
+// isUsage reports errors that are the user's to fix in the command line or
+// config (exit 2) rather than failures of the host (exit 3).
+func isUsage(err error) bool {
+	for _, target := range []error{
+		rootfs.ErrBadReference,
+		rootfs.ErrImageNotFound,
+		engine.ErrInvalidRequest,
+		cgroups.ErrInvalidLimit,
+		cgroups.ErrExceedsMaximum,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}

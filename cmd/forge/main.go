@@ -1,0 +1,18 @@
+// Command forge is an MCP server that runs untrusted Python in sandboxes
+// built directly on libcontainer. See README.md.
+package main
+
+import (
+	"os"
+
+	"github.com/mcp-forge/forge/internal/hooks"
+)
+
+func main() {
+	// Re-exec hooks first: libcontainer's init ran from hooks' init already
+	// when this process is a container's init; storage re-execs here.
+	if hooks.Reexec() {
+		return
+	}
+	os.Exit(Main(os.Args[1:]))
+}

@@ -1,0 +1,151 @@
+// Package testenv sets up real forge parts for tests: the shared test image
+// store with the bootstrapped base image, a sandbox runtime, an engine. It
+// needs root; in CI a missing requirement fails instead of skipping.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+)
+
+// BaseImage and DataImage are the bootstrapped images tests use.
+const (
+	BaseImage = "forge/python:3.11"
+	DataImage = "forge/python-data:3.11"
+)
+
+var shared struct {
+	once  sync.Once
+	err   error
+	store *rootfs.Store
+	fs    *rootfs.RootFS
+	rt    *sandbox.Runtime
+}
+
+// ImportImages makes sure the shared test store holds the base image (and
+// the data image when data is true). Import of a present image is a no-op.
+func ImportImages(t testing.TB, store *rootfs.Store, data bool) {
+	t.Helper()
+	names := []string{BaseImage}
+	if data {
+		names = append(names, DataImage)
+	}
+	for _, n := range names {
+		layout := testutil.BaseImageLayout(t, n)
+		if _, err := store.Pull(context.Background(), "oci:"+layout); err != nil {
+			t.Fatalf("importing %s: %v", n, err)
+		}
+	}
+}
+
+// Runtime returns a sandbox runtime and the shared read-only rootfs of the
+// base image, shared by all tests of the process. Call Close from TestMain.
+func Runtime(t testing.TB) (*sandbox.Runtime, string) {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	testutil.BaseImageLayout(t, BaseImage)
+	shared.once.Do(func() {
+		ctx := context.Background()
+		state := testutil.StateDir(t)
+		if shared.store, shared.err = rootfs.Open(ctx, rootfs.Options{StateDir: state}); shared.err != nil {
+			return
+		}
+		ImportImages(t, shared.store, false)
+		if shared.fs, shared.err = shared.store.Acquire(ctx, BaseImage); shared.err != nil {
+			return
+		}
+		shared.rt, shared.err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: state})
+	})
+	if shared.err != nil {
+		t.Fatalf("setting up the sandbox runtime: %v", shared.err)
+	}
+	return shared.rt, shared.fs.Path()
+}
+
+// Close releases what Runtime set up and reports anything this process left
+// behind: live sandboxes, libcontainer state, cgroups.
+func Close() error {
+	if shared.rt == nil {
+		return nil
+	}
+	err := Leftovers(shared.rt, testutilState())
+	shared.rt.Close()
+	shared.fs.Release()
+	shared.store.Close()
+	return err
+}
+
+func testutilState() string {
+	if d := os.Getenv("FORGE_TEST_STATE_DIR"); d != "" {
+		return d
+	}
+	return "/var/lib/forge-test"
+}
+
+// Leftovers reports sandboxes, libcontainer state dirs and cgroups of this
+// process that still exist.
+func Leftovers(rt *sandbox.Runtime, state string) error {
+	var problems []string
+	if rt != nil {
+		if n := rt.Live(); n != 0 {
+			problems = append(problems, fmt.Sprintf("%d sandboxes still live", n))
+		}
+	}
+	prefix := fmt.Sprint(os.Getpid()) + "-"
+	ents, _ := os.ReadDir(filepath.Join(state, "containers"))
+	for _, d := range ents {
+		if strings.HasPrefix(d.Name(), prefix) {
+			problems = append(problems, "libcontainer state "+d.Name())
+		}
+	}
+	for _, pat := range []string{"/sys/fs/cgroup/*/forge/" + prefix + "*", "/sys/fs/cgroup/forge/" + prefix + "*"} {
+		m, _ := filepath.Glob(pat)
+		for _, p := range m {
+			problems = append(problems, "cgroup "+p)
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("left behind: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Engine starts an engine on the shared test state dir with the base image
+// (and the data image if data), configured by mutate. It is closed when the
+// test ends, and the test fails if the engine left anything behind.
+func Engine(t testing.TB, data bool, mutate func(*profiles.Config)) *engine.Engine {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	cfg := profiles.Default()
+	cfg.StateDir = testutil.StateDir(t)
+	cfg.Pool.Enabled = false
+	if mutate != nil {
+		mutate(cfg)
+	}
+	eng, err := engine.New(context.Background(), engine.Options{Config: cfg})
+	if err != nil {
+		t.Fatalf("engine.New: %v", err)
+	}
+	ImportImages(t, eng.Store(), data)
+	t.Cleanup(func() {
+		if err := eng.Close(5 * time.Second); err != nil {
+			t.Errorf("engine.Close: %v", err)
+		}
+		if err := Leftovers(eng.Runtime(), cfg.StateDir); err != nil {
+			t.Errorf("after engine.Close: %v", err)
+		}
+	})
+	return eng
+}

@@ -1,0 +1,131 @@
+// Package profiles is forge's configuration: the YAML schema, its embedded
+// defaults, ${VAR} substitution, FORGE_* environment overrides, validation
+// with field-path errors, and the named sandbox profiles that requests run
+// under. It is pure data: it performs no syscalls beyond reading the config
+// file, and the mechanism that enforces these values lives elsewhere.
+//
+// Every field carries a `doc` tag; docs/configuration.md is generated from
+// them (see Schema and Markdown), so a field without a doc cannot be merged.
+package profiles
+
+// Config is the whole configuration file. The zero value is not useful; start
+// from Default, Parse or Load.
+type Config struct {
+	StateDir           string                   `yaml:"state_dir" doc:"Directory for images, sandboxes, sessions and the audit log. Empty means /var/lib/forge when running as root, else $XDG_STATE_HOME/forge (~/.local/state/forge); Load fills it in."`
+	Server             ServerConfig             `yaml:"server" doc:"How forge talks to MCP clients."`
+	Execution          ExecutionConfig          `yaml:"execution" doc:"Limits of one execution. Requests may ask for less than the maxima, never more."`
+	Images             ImagesConfig             `yaml:"images" doc:"Which images sandboxes may run."`
+	Sessions           SessionsConfig           `yaml:"sessions" doc:"Stateful sessions: a sandbox kept alive (paused while idle) between calls."`
+	Volumes            VolumesConfig            `yaml:"volumes" doc:"The per-session /workspace volume."`
+	Security           SecurityConfig           `yaml:"security" doc:"User namespace mapping, seccomp and the audit log. The sandbox's security invariants (namespaces, read-only root, no capabilities, no network) are not configurable."`
+	EnvironmentBuilder EnvironmentBuilderConfig `yaml:"environment_builder" doc:"The build_custom_environment tool, which installs packages into a new image."`
+	MCPTools           map[string]MCPToolServer `yaml:"mcp_tools" doc:"Downstream MCP servers whose tools sandboxed code may call as Python functions (code mode). Keyed by server name; their credentials (env) never enter the sandbox."`
+	Pool               PoolConfig               `yaml:"pool" doc:"The warm pool of pre-started, paused sandboxes that makes stateless runs fast."`
+	Profiles           map[string]Profile       `yaml:"profiles" doc:"Named sandbox profiles. The built-in profile \"default\" is derived from execution.* and security.seccomp_profile; a named profile overrides any of its fields and must stay within the execution maxima."`
+}
+
+// ServerConfig configures the MCP server.
+type ServerConfig struct {
+	Name           string   `yaml:"name" doc:"Server name reported to MCP clients."`
+	Transport      string   `yaml:"transport" doc:"MCP transport: stdio, or http (streamable HTTP at /mcp plus the REST API)."`
+	HTTPAddr       string   `yaml:"http_addr" doc:"host:port the HTTP transport listens on."`
+	AllowedOrigins []string `yaml:"allowed_origins" doc:"Origins (scheme://host[:port]) allowed to call the HTTP transport from a browser. Empty refuses every request that carries an Origin header."`
+	AllowedHosts   []string `yaml:"allowed_hosts" doc:"Host header values (without port) the HTTP transport accepts; protects against DNS rebinding."`
+	LogLevel       string   `yaml:"log_level" doc:"Minimum level logged to stderr: debug, info, warn or error."`
+	ShutdownGrace  Duration `yaml:"shutdown_grace" doc:"How long a shutdown waits for running executions before killing them."`
+}
+
+// ExecutionConfig holds the defaults and maxima of one execution.
+type ExecutionConfig struct {
+	DefaultTimeout Duration `yaml:"default_timeout" doc:"Wall-clock timeout when the request names none; an integer means seconds. Enforced by the host with SIGKILL."`
+	MaxTimeout     Duration `yaml:"max_timeout" doc:"Largest timeout a request may ask for."`
+	DefaultMemory  Size     `yaml:"default_memory" doc:"Memory limit (cgroup memory.max) when the request names none."`
+	MaxMemory      Size     `yaml:"max_memory" doc:"Largest memory limit a request may ask for."`
+	DefaultCPUs    float64  `yaml:"default_cpus" doc:"CPU limit in CPUs when the request names none."`
+	MaxCPUs        float64  `yaml:"max_cpus" doc:"Largest CPU limit a request may ask for."`
+	MaxPids        int      `yaml:"max_pids" doc:"Process/thread limit (cgroup pids.max) of every sandbox."`
+	MaxCodeSize    Size     `yaml:"max_code_size" doc:"Largest code a request may submit."`
+	OutputLimit    Size     `yaml:"output_limit" doc:"Cap on captured stdout and on stderr, each; longer output is cut and flagged truncated."`
+	TmpSize        Size     `yaml:"tmp_size" doc:"Size of the writable tmpfs at /tmp."`
+	Network        Network  `yaml:"network" doc:"Always false (or \"none\"): sandboxes get loopback only. It exists so that a config asking for a network fails loudly instead of being ignored."`
+}
+
+// ImagesConfig says which images may run.
+type ImagesConfig struct {
+	Default         string   `yaml:"default" doc:"Image used when the request names none; must match images.allowed."`
+	AllowedPatterns []string `yaml:"allowed" doc:"Image name patterns a request may use (path.Match syntax on the whole name: forge/*, forge/custom:*)."`
+	Data            string   `yaml:"data" doc:"Image with the data-science stack (numpy, pandas, matplotlib); must match images.allowed. Empty disables it."`
+}
+
+// SessionsConfig configures stateful sessions.
+type SessionsConfig struct {
+	MaxConcurrent int      `yaml:"max_concurrent" doc:"Most sessions alive at once; creating one more fails."`
+	IdleTimeout   Duration `yaml:"idle_timeout" doc:"A session unused for this long is destroyed."`
+	MaxLifetime   Duration `yaml:"max_lifetime" doc:"A session is destroyed this long after creation, used or not."`
+	Persist       bool     `yaml:"persist" doc:"Keep session metadata and workspaces across server restarts."`
+}
+
+// VolumesConfig configures the per-session workspace.
+type VolumesConfig struct {
+	SessionQuota Size `yaml:"session_quota" doc:"Size cap of a session's /workspace."`
+	MaxFileSize  Size `yaml:"max_file_size" doc:"Largest single file written to or read from /workspace through the API."`
+}
+
+// SecurityConfig configures the knobs of the sandbox that may vary by host.
+type SecurityConfig struct {
+	UIDMapBase      uint32 `yaml:"uid_map_base" doc:"First host uid (and gid) that container uid 0 maps to; must not be 0."`
+	UIDMapSize      uint32 `yaml:"uid_map_size" doc:"Number of uids (and gids) mapped; must cover security.sandbox_uid."`
+	SandboxUID      uint32 `yaml:"sandbox_uid" doc:"uid (and gid) the code runs as inside the sandbox; never 0."`
+	SeccompProfile  string `yaml:"seccomp_profile" doc:"Seccomp profile: \"default\" (built in) or the absolute path of a JSON profile. There is no unconfined setting."`
+	AuditLog        string `yaml:"audit_log" doc:"Absolute path of the JSON-lines audit log. Empty means <state_dir>/audit.log."`
+	AuditMaxSize    Size   `yaml:"audit_max_size" doc:"The audit log is rotated when it grows past this size."`
+	AuditMaxBackups int    `yaml:"audit_max_backups" doc:"Rotated audit logs kept (audit.log.1 … audit.log.N); older ones are deleted."`
+}
+
+// EnvironmentBuilderConfig configures build_custom_environment.
+type EnvironmentBuilderConfig struct {
+	Enabled         bool     `yaml:"enabled" doc:"Offer the build_custom_environment tool."`
+	AllowedPackages []string `yaml:"allowed_packages" doc:"Package name patterns (path.Match syntax) a build may install; \"*\" allows any. Must not be empty when enabled."`
+	BuildTimeout    Duration `yaml:"build_timeout" doc:"Wall-clock limit of one build."`
+}
+
+// MCPToolServer is one downstream MCP server, started by forge over stdio.
+type MCPToolServer struct {
+	Command         string            `yaml:"command" doc:"Required. Executable that runs the server (looked up in PATH)."`
+	Args            []string          `yaml:"args" doc:"Its arguments."`
+	Env             map[string]string `yaml:"env" doc:"Extra environment of the server process, e.g. its API token via ${VAR}. Never visible inside the sandbox."`
+	Prefix          string            `yaml:"prefix" doc:"Python module name the tools appear under inside the sandbox; empty means the server's name. Must be a Python identifier."`
+	Timeout         Duration          `yaml:"timeout" doc:"Limit of one tool call."`
+	MaxCalls        int               `yaml:"max_calls" doc:"Most calls to this server's tools in one execution; 0 means unlimited."`
+	MaxResponseSize Size              `yaml:"max_response_size" doc:"Largest tool response passed back into the sandbox."`
+}
+
+// setDefaults fills in the defaults of a new mcp_tools entry before the file's
+// values are decoded over it.
+func (m *MCPToolServer) setDefaults() {
+	m.Timeout = Duration(defaultToolTimeout)
+	m.MaxCalls = defaultToolMaxCalls
+	m.MaxResponseSize = defaultToolMaxResponse
+}
+
+// PoolConfig configures the warm pool.
+type PoolConfig struct {
+	Enabled           bool     `yaml:"enabled" doc:"Keep pre-started sandboxes ready; without it every stateless run starts a sandbox cold."`
+	Size              int      `yaml:"size" doc:"Warm sandboxes kept per image and profile."`
+	MaxIdleAge        Duration `yaml:"max_idle_age" doc:"A warm sandbox older than this is replaced."`
+	RefillConcurrency int      `yaml:"refill_concurrency" doc:"Sandboxes started in parallel while refilling."`
+	WarmModules       []string `yaml:"warm_modules" doc:"Python modules imported in every warm sandbox before it is paused."`
+	WarmModulesData   []string `yaml:"warm_modules_data" doc:"Extra modules imported in sandboxes of images.data, when the image has them."`
+}
+
+// Profile is a named set of sandbox limits. In the configuration file a zero
+// field means "inherit from the default profile"; Config.Profile returns the
+// resolved values.
+type Profile struct {
+	Memory  Size     `yaml:"memory" doc:"Memory limit; unset inherits execution.default_memory. At most execution.max_memory."`
+	CPUs    float64  `yaml:"cpus" doc:"CPU limit; unset inherits execution.default_cpus. At most execution.max_cpus."`
+	Pids    int      `yaml:"pids" doc:"Process limit; unset inherits execution.max_pids, which is also its maximum."`
+	Timeout Duration `yaml:"timeout" doc:"Default timeout; unset inherits execution.default_timeout. At most execution.max_timeout."`
+	TmpSize Size     `yaml:"tmp_size" doc:"Size of /tmp; unset inherits execution.tmp_size, which is also its maximum."`
+	Seccomp string   `yaml:"seccomp" doc:"Seccomp profile, \"default\" or an absolute path; unset inherits security.seccomp_profile."`
+}

@@ -1,0 +1,56 @@
+package profiles
+
+import (
+	_ "embed"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Defaults of a new mcp_tools entry; Go constants because a map entry has no
+// place in defaults.yaml.
+const (
+	defaultToolTimeout     = 60 * time.Second
+	defaultToolMaxCalls    = 100
+	defaultToolMaxResponse = Size(1 << 20)
+)
+
+//go:embed defaults.yaml
+var defaultsYAML []byte
+
+// defaults is parsed in init, not in its declaration, because decoding
+// reaches package variables through interface calls that the compiler's
+// initialization order cannot see.
+var defaults *Config
+
+func init() {
+	defaults = &Config{}
+	if err := decodeYAML(defaults, defaultsYAML, nil); err != nil {
+		panic("profiles: embedded defaults.yaml: " + err.Error())
+	}
+}
+
+// Default returns the built-in configuration. It is valid except that
+// StateDir is empty (Load derives it). Each call returns a new deep copy.
+func Default() *Config { return defaults.Clone() }
+
+// Clone returns a deep copy of c.
+func (c *Config) Clone() *Config {
+	d := *c
+	d.Server.AllowedOrigins = slices.Clone(c.Server.AllowedOrigins)
+	d.Server.AllowedHosts = slices.Clone(c.Server.AllowedHosts)
+	d.Images.AllowedPatterns = slices.Clone(c.Images.AllowedPatterns)
+	d.EnvironmentBuilder.AllowedPackages = slices.Clone(c.EnvironmentBuilder.AllowedPackages)
+	d.Pool.WarmModules = slices.Clone(c.Pool.WarmModules)
+	d.Pool.WarmModulesData = slices.Clone(c.Pool.WarmModulesData)
+	d.Profiles = maps.Clone(c.Profiles)
+	if c.MCPTools != nil {
+		d.MCPTools = make(map[string]MCPToolServer, len(c.MCPTools))
+		for name, t := range c.MCPTools {
+			t.Args = slices.Clone(t.Args)
+			t.Env = maps.Clone(t.Env)
+			d.MCPTools[name] = t
+		}
+	}
+	return &d
+}

@@ -1,0 +1,57 @@
+package profiles
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// DefaultProfile is the name of the built-in profile derived from execution.*.
+const DefaultProfile = "default"
+
+// Profile returns the resolved limits of the named profile: the default
+// profile ("" or "default") is execution.default_memory, default_cpus,
+// max_pids, default_timeout, tmp_size and security.seccomp_profile; a named
+// profile overrides the fields it sets.
+func (c *Config) Profile(name string) (Profile, error) {
+	p := Profile{
+		Memory:  c.Execution.DefaultMemory,
+		CPUs:    c.Execution.DefaultCPUs,
+		Pids:    c.Execution.MaxPids,
+		Timeout: c.Execution.DefaultTimeout,
+		TmpSize: c.Execution.TmpSize,
+		Seccomp: c.Security.SeccompProfile,
+	}
+	if name == "" || name == DefaultProfile {
+		return p, nil
+	}
+	o, ok := c.Profiles[name]
+	if !ok {
+		return Profile{}, fmt.Errorf("%w: %q", ErrUnknownProfile, name)
+	}
+	if o.Memory != 0 {
+		p.Memory = o.Memory
+	}
+	if o.CPUs != 0 {
+		p.CPUs = o.CPUs
+	}
+	if o.Pids != 0 {
+		p.Pids = o.Pids
+	}
+	if o.Timeout != 0 {
+		p.Timeout = o.Timeout
+	}
+	if o.TmpSize != 0 {
+		p.TmpSize = o.TmpSize
+	}
+	if o.Seccomp != "" {
+		p.Seccomp = o.Seccomp
+	}
+	return p, nil
+}
+
+// ProfileNames returns "default" followed by the configured profiles, sorted.
+func (c *Config) ProfileNames() []string {
+	names := slices.Sorted(maps.Keys(c.Profiles))
+	return append([]string{DefaultProfile}, slices.DeleteFunc(names, func(n string) bool { return n == DefaultProfile })...)
+}

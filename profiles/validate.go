@@ -1,0 +1,285 @@
+package profiles
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/url"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+var (
+	identRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	moduleRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	entryNameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	maxMappedUID = uint64(1)<<32 - 2 // uid 4294967295 is (uid_t)-1, never valid
+)
+
+// problems collects validation errors, each naming its field path.
+type problems []error
+
+func (p *problems) add(path, format string, args ...any) {
+	*p = append(*p, &FieldError{Path: path, Err: fmt.Errorf(format, args...)})
+}
+
+// AuditLogPath returns security.audit_log, or <state_dir>/audit.log when it is
+// empty ("" when state_dir is not known yet either).
+func (c *Config) AuditLogPath() string {
+	if c.Security.AuditLog != "" || c.StateDir == "" {
+		return c.Security.AuditLog
+	}
+	return filepath.Join(c.StateDir, "audit.log")
+}
+
+// Validate checks every field and every rule between fields. Each error names
+// the field path; all problems are returned at once, joined with errors.Join.
+// Errors that would weaken a sandbox invariant wrap ErrSecurityInvariant.
+func (c *Config) Validate() error {
+	var p problems
+	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+		p.add("state_dir", "must be an absolute path, got %q", c.StateDir)
+	}
+	c.validateServer(&p)
+	c.validateExecution(&p)
+	c.validateImages(&p)
+	c.validateSessions(&p)
+	c.validateSecurity(&p)
+	c.validateBuilder(&p)
+	c.validateTools(&p)
+	c.validatePool(&p)
+	c.validateProfiles(&p)
+	return errors.Join(p...)
+}
+
+func (c *Config) validateServer(p *problems) {
+	s := &c.Server
+	if strings.TrimSpace(s.Name) == "" {
+		p.add("server.name", "must not be empty")
+	}
+	oneOf(p, "server.transport", s.Transport, "stdio", "http")
+	if host, port, err := net.SplitHostPort(s.HTTPAddr); err != nil {
+		p.add("server.http_addr", "want host:port, got %q", s.HTTPAddr)
+	} else if n, err := strconv.ParseUint(port, 10, 16); err != nil || (n == 0 && host == "") {
+		p.add("server.http_addr", "invalid port in %q", s.HTTPAddr)
+	}
+	for i, o := range s.AllowedOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			p.add(fmt.Sprintf("server.allowed_origins[%d]", i), "want scheme://host[:port] (http or https; wildcards are not allowed), got %q", o)
+		}
+	}
+	for i, h := range s.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ \t") {
+			p.add(fmt.Sprintf("server.allowed_hosts[%d]", i), "want a host name or address, got %q", h)
+		}
+	}
+	oneOf(p, "server.log_level", s.LogLevel, "debug", "info", "warn", "error")
+	positive(p, "server.shutdown_grace", s.ShutdownGrace)
+}
+
+func (c *Config) validateExecution(p *problems) {
+	e := &c.Execution
+	positive(p, "execution.default_timeout", e.DefaultTimeout)
+	atLeast(p, "execution.max_timeout", e.MaxTimeout, "execution.default_timeout", e.DefaultTimeout)
+	positive(p, "execution.default_memory", e.DefaultMemory)
+	atLeast(p, "execution.max_memory", e.MaxMemory, "execution.default_memory", e.DefaultMemory)
+	positive(p, "execution.default_cpus", e.DefaultCPUs)
+	atLeast(p, "execution.max_cpus", e.MaxCPUs, "execution.default_cpus", e.DefaultCPUs)
+	positive(p, "execution.max_pids", e.MaxPids)
+	positive(p, "execution.max_code_size", e.MaxCodeSize)
+	positive(p, "execution.output_limit", e.OutputLimit)
+	positive(p, "execution.tmp_size", e.TmpSize)
+	if e.Network != NetworkNone {
+		p.add("execution.network", "%w: sandboxes never have a network (loopback only), so the only valid value is false; got %q", ErrSecurityInvariant, string(e.Network))
+	}
+}
+
+func (c *Config) validateImages(p *problems) {
+	im := &c.Images
+	if len(im.AllowedPatterns) == 0 {
+		p.add("images.allowed", "must list at least one pattern")
+	}
+	patterns(p, "images.allowed", im.AllowedPatterns)
+	if im.Default == "" {
+		p.add("images.default", "must not be empty")
+	} else if !im.Allowed(im.Default) {
+		p.add("images.default", "%q does not match images.allowed %q", im.Default, im.AllowedPatterns)
+	}
+	if im.Data != "" && !im.Allowed(im.Data) {
+		p.add("images.data", "%q does not match images.allowed %q", im.Data, im.AllowedPatterns)
+	}
+}
+
+func (c *Config) validateSessions(p *problems) {
+	s := &c.Sessions
+	positive(p, "sessions.max_concurrent", s.MaxConcurrent)
+	positive(p, "sessions.idle_timeout", s.IdleTimeout)
+	atLeast(p, "sessions.max_lifetime", s.MaxLifetime, "sessions.idle_timeout", s.IdleTimeout)
+	v := &c.Volumes
+	positive(p, "volumes.session_quota", v.SessionQuota)
+	positive(p, "volumes.max_file_size", v.MaxFileSize)
+	if v.MaxFileSize > v.SessionQuota {
+		p.add("volumes.max_file_size", "must be <= volumes.session_quota (%v), got %v", v.SessionQuota, v.MaxFileSize)
+	}
+}
+
+func (c *Config) validateSecurity(p *problems) {
+	s := &c.Security
+	if s.UIDMapBase == 0 {
+		p.add("security.uid_map_base", "%w: must not be 0: container root would be host root", ErrSecurityInvariant)
+	}
+	if s.SandboxUID == 0 {
+		p.add("security.sandbox_uid", "%w: must not be 0: code runs as a non-root uid", ErrSecurityInvariant)
+	}
+	if s.SandboxUID >= s.UIDMapSize {
+		p.add("security.uid_map_size", "must be > security.sandbox_uid (%d) so that the sandbox uid is mapped, got %d", s.SandboxUID, s.UIDMapSize)
+	}
+	if uint64(s.UIDMapBase)+uint64(s.UIDMapSize)-1 > maxMappedUID {
+		p.add("security.uid_map_size", "security.uid_map_base (%d) + uid_map_size (%d) runs past the last valid uid %d", s.UIDMapBase, s.UIDMapSize, maxMappedUID)
+	}
+	seccomp(p, "security.seccomp_profile", s.SeccompProfile)
+	if s.AuditLog != "" && !filepath.IsAbs(s.AuditLog) {
+		p.add("security.audit_log", "must be an absolute path or empty, got %q", s.AuditLog)
+	}
+	positive(p, "security.audit_max_size", s.AuditMaxSize)
+	nonNegative(p, "security.audit_max_backups", s.AuditMaxBackups)
+}
+
+func (c *Config) validateBuilder(p *problems) {
+	b := &c.EnvironmentBuilder
+	positive(p, "environment_builder.build_timeout", b.BuildTimeout)
+	patterns(p, "environment_builder.allowed_packages", b.AllowedPackages)
+	if b.Enabled && len(b.AllowedPackages) == 0 {
+		p.add("environment_builder.allowed_packages", "must not be empty when environment_builder.enabled is true (use [\"*\"] to allow any package)")
+	}
+}
+
+func (c *Config) validateTools(p *problems) {
+	prefixes := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(c.MCPTools)) {
+		t, base := c.MCPTools[name], "mcp_tools."+name
+		if !entryNameRE.MatchString(name) {
+			p.add(base, "name must be letters, digits, '_', '-' or '.', starting with a letter or digit")
+		}
+		if strings.TrimSpace(t.Command) == "" {
+			p.add(base+".command", "must not be empty")
+		}
+		prefix := t.Prefix
+		if prefix == "" {
+			prefix = name
+		}
+		if !identRE.MatchString(prefix) {
+			p.add(base+".prefix", "%q is not a Python identifier (set prefix when the server's name is not one)", prefix)
+		} else if other, dup := prefixes[prefix]; dup {
+			p.add(base+".prefix", "%q is also the prefix of mcp_tools.%s", prefix, other)
+		}
+		prefixes[prefix] = name
+		for _, k := range slices.Sorted(maps.Keys(t.Env)) {
+			if !isVarName(k) {
+				p.add(base+".env."+k, "not a valid environment variable name")
+			}
+		}
+		positive(p, base+".timeout", t.Timeout)
+		nonNegative(p, base+".max_calls", t.MaxCalls)
+		positive(p, base+".max_response_size", t.MaxResponseSize)
+	}
+}
+
+func (c *Config) validatePool(p *problems) {
+	pl := &c.Pool
+	nonNegative(p, "pool.size", pl.Size)
+	positive(p, "pool.max_idle_age", pl.MaxIdleAge)
+	positive(p, "pool.refill_concurrency", pl.RefillConcurrency)
+	// The names end up in an import statement inside the sandbox.
+	for field, mods := range map[string][]string{"pool.warm_modules": pl.WarmModules, "pool.warm_modules_data": pl.WarmModulesData} {
+		for i, m := range mods {
+			if !moduleRE.MatchString(m) {
+				p.add(fmt.Sprintf("%s[%d]", field, i), "%q is not a Python module name", m)
+			}
+		}
+	}
+}
+
+func (c *Config) validateProfiles(p *problems) {
+	e := &c.Execution
+	for _, name := range slices.Sorted(maps.Keys(c.Profiles)) {
+		pr, base := c.Profiles[name], "profiles."+name
+		if name == DefaultProfile {
+			p.add(base, "the default profile is built in; set execution.* instead")
+			continue
+		}
+		if !entryNameRE.MatchString(name) {
+			p.add(base, "name must be letters, digits, '_', '-' or '.', starting with a letter or digit")
+		}
+		within(p, base+".memory", pr.Memory, "execution.max_memory", e.MaxMemory)
+		within(p, base+".cpus", pr.CPUs, "execution.max_cpus", e.MaxCPUs)
+		within(p, base+".pids", pr.Pids, "execution.max_pids", e.MaxPids)
+		within(p, base+".timeout", pr.Timeout, "execution.max_timeout", e.MaxTimeout)
+		within(p, base+".tmp_size", pr.TmpSize, "execution.tmp_size", e.TmpSize)
+		if pr.Seccomp != "" {
+			seccomp(p, base+".seccomp", pr.Seccomp)
+		}
+	}
+}
+
+type number interface {
+	~int | ~int64 | ~float64
+}
+
+func positive[T number](p *problems, path string, v T) {
+	if v <= 0 {
+		p.add(path, "must be > 0, got %v", v)
+	}
+}
+
+func nonNegative[T number](p *problems, path string, v T) {
+	if v < 0 {
+		p.add(path, "must be >= 0, got %v", v)
+	}
+}
+
+// atLeast checks that a maximum is not below its default.
+func atLeast[T number](p *problems, path string, v T, loPath string, lo T) {
+	if v < lo {
+		p.add(path, "must be >= %s (%v), got %v", loPath, lo, v)
+	}
+}
+
+// within checks an optional profile field: unset (0), or in (0, max].
+func within[T number](p *problems, path string, v T, hiPath string, hi T) {
+	switch {
+	case v < 0:
+		p.add(path, "must be > 0 (or unset to inherit), got %v", v)
+	case v > hi:
+		p.add(path, "must be <= %s (%v), got %v", hiPath, hi, v)
+	}
+}
+
+func oneOf(p *problems, path, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		p.add(path, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
+	}
+}
+
+func patterns(p *problems, field string, list []string) {
+	for i, pat := range list {
+		if _, err := path.Match(pat, ""); err != nil || pat == "" {
+			p.add(fmt.Sprintf("%s[%d]", field, i), "%q is not a valid pattern", pat)
+		}
+	}
+}
+
+func seccomp(p *problems, path, v string) {
+	switch {
+	case strings.EqualFold(v, "unconfined"):
+		p.add(path, "%w: seccomp cannot be turned off", ErrSecurityInvariant)
+	case v != "default" && !filepath.IsAbs(v):
+		p.add(path, "want \"default\" or an absolute path to a JSON profile, got %q", v)
+	}
+}

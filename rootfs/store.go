@@ -1,0 +1,412 @@
+package rootfs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/signature"
+	"go.podman.io/image/v5/types"
+	"go.podman.io/storage"
+)
+
+// Options configures Open.
+type Options struct {
+	// StateDir holds everything: the store in StateDir/storage, run state
+	// (mounts, owner pids) in StateDir/run, temp blobs in StateDir/tmp and
+	// the blob-info cache in StateDir/cache.
+	StateDir string
+	// Progress receives human-readable progress lines of transfers that take
+	// longer than a second (nil = none).
+	Progress io.Writer
+	// Logger gets debug lines of each step (nil = discard).
+	Logger *slog.Logger
+}
+
+// Image describes an image in the store.
+type Image struct {
+	ID      string            `json:"id"`
+	Names   []string          `json:"names"`
+	Size    int64             `json:"size"`
+	Created time.Time         `json:"created"`
+	Digest  string            `json:"digest"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// Store is forge's image store. It is safe for concurrent use, and several
+// forge processes may share one StateDir.
+type Store struct {
+	stateDir string
+	runDir   string // StateDir/run/<pid>: this process's mounts
+	tmpDir   string // StateDir/tmp/<pid>: this process's temp blobs
+	skelDir  string // the mount points every shared rootfs needs
+	progress io.Writer
+	log      *slog.Logger
+	store    storage.Store
+	sys      *types.SystemContext
+	policy   *signature.PolicyContext
+	// traverseErr is set when the sandbox's root cannot reach run/.
+	traverseErr error
+
+	mu     sync.Mutex
+	mounts map[string]*sharedMount // by image ID
+	labels map[string]imageMeta    // by image ID; images are immutable
+	// importing counts copies in progress, whose new layers GC must keep.
+	importing int
+	closed    bool
+}
+
+// storageConf is written to StateDir/storage.conf and named by
+// CONTAINERS_STORAGE_CONF, so /etc/containers/storage.conf (and its
+// surprises, e.g. additional image stores) is never read.
+const storageConf = `# Written by forge; the store's options are set in code.
+[storage]
+driver = "overlay"
+`
+
+// Open opens (creating it if needed) the store under opts.StateDir and
+// repairs what a crashed forge process left behind there (see GC).
+func Open(ctx context.Context, opts Options) (_ *Store, retErr error) {
+	if opts.StateDir == "" {
+		return nil, errors.New("rootfs: Options.StateDir is required")
+	}
+	stateDir, err := filepath.Abs(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	if strings.ContainsAny(stateDir, ":,") {
+		return nil, fmt.Errorf("rootfs: state dir %q must not contain ':' or ',' (overlay mount options)", stateDir)
+	}
+	s := &Store{
+		stateDir: stateDir,
+		runDir:   filepath.Join(stateDir, "run", strconv.Itoa(os.Getpid())),
+		tmpDir:   filepath.Join(stateDir, "tmp", strconv.Itoa(os.Getpid())),
+		skelDir:  filepath.Join(stateDir, "skel"),
+		progress: opts.Progress,
+		log:      opts.Logger,
+		mounts:   map[string]*sharedMount{},
+		labels:   map[string]imageMeta{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if err := s.makeDirs(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			os.RemoveAll(s.runDir)
+			os.RemoveAll(s.tmpDir)
+		}
+	}()
+	confPath := filepath.Join(stateDir, "storage.conf")
+	if err := os.WriteFile(confPath, []byte(storageConf), 0o644); err != nil {
+		return nil, err
+	}
+	os.Setenv("CONTAINERS_STORAGE_CONF", confPath)
+	start := time.Now()
+	s.store, err = storage.GetStore(storage.StoreOptions{
+		RunRoot:         filepath.Join(stateDir, "run", "storage"),
+		GraphRoot:       filepath.Join(stateDir, "storage"),
+		GraphDriverName: "overlay",
+		// Image mounts are only ever lower layers of forge's own read-only overlay.
+		GraphDriverOptions: []string{"overlay.mountopt=nodev"},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening image store in %s: %w", stateDir, err)
+	}
+	s.log.Debug("image store opened", "state_dir", stateDir, "elapsed", time.Since(start))
+	s.sys = s.systemContext()
+	// forge runs whatever image the user names; signatures are not checked
+	// (the equivalent of policy.json {"default":[{"type":"insecureAcceptAnything"}]}).
+	s.policy, err = signature.NewPolicyContext(&signature.Policy{
+		Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()},
+	})
+	if err != nil {
+		s.store.Shutdown(false)
+		return nil, err
+	}
+	s.traverseErr = searchableByOthers(filepath.Join(s.runDir, "rootfs"))
+	if _, err := s.GC(ctx); err != nil {
+		s.log.Warn("recovering state of crashed forge processes", "err", err)
+	}
+	return s, nil
+}
+
+// makeDirs creates the state layout. Directories on the way to the shared
+// mounts are 0711: the sandbox's root (an unprivileged host uid) must be
+// able to traverse them, but not list them.
+func (s *Store) makeDirs() error {
+	for _, d := range []string{s.stateDir, filepath.Dir(s.runDir), s.runDir, filepath.Join(s.runDir, "rootfs"),
+		filepath.Join(s.runDir, "images"), s.tmpDir, filepath.Join(s.stateDir, "cache")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return err
+		}
+	}
+	owner, err := ownerID(os.Getpid())
+	if err != nil {
+		return err
+	}
+	for _, d := range []string{s.runDir, s.tmpDir} {
+		if err := os.WriteFile(filepath.Join(d, "owner"), []byte(owner+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return makeSkeleton(s.skelDir)
+}
+
+// makeSkeleton creates the lowest-priority-free top layer of every shared
+// rootfs: just the empty mount-point directories.
+func makeSkeleton(dir string) error {
+	for _, d := range mountPoints {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(filepath.Join(dir, "tmp"), 0o777|os.ModeSticky)
+}
+
+// systemContext keeps every temp file and cache under StateDir, and keeps
+// registries.conf / registries.d of the host from changing what docker://
+// means.
+func (s *Store) systemContext() *types.SystemContext {
+	return &types.SystemContext{
+		BigFilesTemporaryDir:        s.tmpDir,
+		BlobInfoCacheDir:            filepath.Join(s.stateDir, "cache"),
+		SystemRegistriesConfPath:    filepath.Join(s.stateDir, "registries.conf"),
+		SystemRegistriesConfDirPath: filepath.Join(s.stateDir, "registries.conf.d"),
+		RegistriesDirPath:           filepath.Join(s.stateDir, "registries.d"),
+		OSChoice:                    "linux",
+	}
+}
+
+// Close releases every shared mount of this process and shuts the store
+// down.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	for id, m := range s.mounts {
+		errs = append(errs, s.unmountLocked(m))
+		delete(s.mounts, id)
+	}
+	if _, err := s.store.Shutdown(false); err != nil {
+		errs = append(errs, err)
+	}
+	s.policy.Destroy()
+	errs = append(errs, os.RemoveAll(s.runDir), os.RemoveAll(s.tmpDir))
+	return errors.Join(errs...)
+}
+
+// Images lists the images in the store.
+func (s *Store) Images(ctx context.Context) ([]Image, error) {
+	imgs, err := s.store.Images()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Image, 0, len(imgs))
+	for i := range imgs {
+		if isPlaceholderOnly(imgs[i].Names) {
+			continue // an import in progress
+		}
+		out = append(out, s.describe(&imgs[i]))
+	}
+	return out, nil
+}
+
+// Lookup finds an image by name as typed ("forge/python:3.11",
+// "docker://python:3.12-slim", "python:3.12-slim") or by ID or ID prefix.
+func (s *Store) Lookup(ctx context.Context, name string) (*Image, error) {
+	img, _, err := s.lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	out := s.describe(img)
+	return &out, nil
+}
+
+// lookup also returns the name that matched ("" when matched by ID).
+func (s *Store) lookup(name string) (*storage.Image, string, error) {
+	if name == "" {
+		return nil, "", fmt.Errorf("%w: empty name", ErrImageNotFound)
+	}
+	candidates := []string{name}
+	if rest, ok := strings.CutPrefix(name, "docker://"); ok {
+		candidates = []string{rest}
+	}
+	if n := normalizedDockerName(candidates[0]); n != "" && n != candidates[0] {
+		candidates = append(candidates, n)
+	}
+	for _, c := range candidates {
+		img, err := s.store.Image(c)
+		if err == nil {
+			matched := c
+			if strings.HasPrefix(img.ID, c) {
+				matched = ""
+			}
+			return img, matched, nil
+		}
+		if !errors.Is(err, storage.ErrImageUnknown) {
+			return nil, "", fmt.Errorf("looking up image %q: %w", name, err)
+		}
+	}
+	return nil, "", fmt.Errorf("%w: %q (see `forge image ls`)", ErrImageNotFound, name)
+}
+
+type imageMeta struct {
+	labels map[string]string
+	size   int64
+}
+
+// describe converts a storage image, reading labels from its config once.
+func (s *Store) describe(img *storage.Image) Image {
+	s.mu.Lock()
+	meta, ok := s.labels[img.ID]
+	s.mu.Unlock()
+	if !ok {
+		meta = s.readMeta(img)
+		s.mu.Lock()
+		s.labels[img.ID] = meta
+		s.mu.Unlock()
+	}
+	var names []string
+	for _, n := range img.Names {
+		if !isPlaceholder(n) {
+			names = append(names, n)
+		}
+	}
+	return Image{
+		ID: img.ID, Names: names, Size: meta.size, Created: img.Created,
+		Digest: img.Digest.String(), Labels: meta.labels,
+	}
+}
+
+func (s *Store) readMeta(img *storage.Image) imageMeta {
+	var meta imageMeta
+	if size, err := s.store.ImageSize(img.ID); err == nil {
+		meta.size = size
+	}
+	blob, err := s.store.ImageBigData(img.ID, storage.ImageDigestBigDataKey)
+	if err != nil {
+		return meta
+	}
+	m, err := manifest.FromBlob(blob, manifest.GuessMIMEType(blob))
+	if err != nil {
+		return meta
+	}
+	cfg, err := s.store.ImageBigData(img.ID, m.ConfigInfo().Digest.String())
+	if err != nil {
+		return meta
+	}
+	var config imgspecv1.Image
+	if json.Unmarshal(cfg, &config) == nil {
+		meta.labels = config.Config.Labels
+	}
+	return meta
+}
+
+// Placeholder names are put on an image while it is imported, and replaced
+// by its real names at the end; they carry the importer's pid for GC.
+const placeholderRepo = "localhost/forge-importing"
+
+func newPlaceholder() (reference.NamedTagged, error) {
+	nonce := make([]byte, 6)
+	rand.Read(nonce)
+	named, err := reference.ParseNormalizedNamed(placeholderRepo)
+	if err != nil {
+		return nil, err
+	}
+	return reference.WithTag(named, fmt.Sprintf("%d-%s", os.Getpid(), hex.EncodeToString(nonce)))
+}
+
+func isPlaceholder(name string) bool { return strings.HasPrefix(name, placeholderRepo+":") }
+
+func isPlaceholderOnly(names []string) bool {
+	for _, n := range names {
+		if !isPlaceholder(n) {
+			return false
+		}
+	}
+	return len(names) > 0
+}
+
+// placeholderPid is the importer's pid of a placeholder name, or 0.
+func placeholderPid(name string) int {
+	tag, ok := strings.CutPrefix(name, placeholderRepo+":")
+	if !ok {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.SplitN(tag, "-", 2)[0])
+	return pid
+}
+
+// Remove deletes the image ref names. If ref is one of several names of the
+// image, only that name is removed. It fails with ErrImageInUse while a
+// shared rootfs of the image is held by this or another live forge process.
+func (s *Store) Remove(ctx context.Context, ref string) error {
+	img, matched, err := s.lookup(ref)
+	if err != nil {
+		return err
+	}
+	if matched != "" && len(img.Names) > 1 {
+		return s.store.RemoveNames(img.ID, []string{matched})
+	}
+	return s.withStateLock(ctx, func() error {
+		if users := s.usersOf(img.ID); len(users) > 0 {
+			name := img.ID[:12]
+			if len(img.Names) > 0 {
+				name = img.Names[0]
+			}
+			return &InUseError{Image: name, Users: users}
+		}
+		if _, err := s.store.DeleteImage(img.ID, true); err != nil {
+			return fmt.Errorf("removing image %s: %w", img.ID, err)
+		}
+		s.mu.Lock()
+		delete(s.labels, img.ID)
+		s.mu.Unlock()
+		s.log.Debug("image removed", "id", img.ID, "names", img.Names)
+		return nil
+	})
+}
+
+// usersOf describes who holds a shared rootfs of image id: this process,
+// and other live forge processes sharing the state dir.
+func (s *Store) usersOf(id string) []string {
+	var users []string
+	s.mu.Lock()
+	if m := s.mounts[id]; m != nil && m.refs > 0 {
+		users = append(users, fmt.Sprintf("this forge process (pid %d, %d holder(s))", os.Getpid(), m.refs))
+	}
+	s.mu.Unlock()
+	for _, o := range s.otherOwners() {
+		if !o.alive {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(o.dir, "rootfs", id)); err == nil {
+			users = append(users, fmt.Sprintf("forge process pid %d", o.pid))
+		}
+	}
+	return users
+}

@@ -1,0 +1,360 @@
+// Package engine ties forge's parts together: the image store, the sandbox
+// runtime, the warm pool and sessions. The CLI and the MCP server talk only
+// to an Engine.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/pool"
+	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/seccomp"
+	"github.com/mcp-forge/forge/server/audit"
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Config   *profiles.Config
+	Logger   *slog.Logger
+	Audit    *audit.Logger
+	Progress io.Writer
+}
+
+// Engine runs code. Safe for concurrent use.
+type Engine struct {
+	cfg     *profiles.Config
+	log     *slog.Logger
+	audit   *audit.Logger
+	store   *rootfs.Store
+	rt      *sandbox.Runtime
+	seccomp *specs.LinuxSeccomp
+	max     cgroups.Limits
+	def     cgroups.Limits
+
+	mu     sync.Mutex
+	closed bool
+	pools  map[string]*pool.Pool // by image
+	active sync.WaitGroup        // executions in flight
+	bg     sync.WaitGroup        // background destroys
+}
+
+// New opens the image store and the sandbox runtime (both clean up what
+// crashed forge processes left behind).
+func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
+	cfg := opts.Config
+	if cfg == nil {
+		cfg = profiles.Default()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Audit == nil {
+		opts.Audit = audit.Discard()
+	}
+	e := &Engine{cfg: cfg, log: opts.Logger, audit: opts.Audit}
+	var err error
+	if e.def, e.max, err = limitsOf(cfg); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if e.seccomp, err = loadSeccomp(cfg.Security.SeccompProfile); err != nil {
+		return nil, err
+	}
+	e.store, err = rootfs.Open(ctx, rootfs.Options{StateDir: cfg.StateDir, Progress: opts.Progress, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("opening image store: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			e.store.Close()
+		}
+	}()
+	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func loadSeccomp(p string) (*specs.LinuxSeccomp, error) {
+	if p == "" || p == "default" {
+		return seccomp.Default()
+	}
+	return seccomp.Load(p)
+}
+
+func limitsOf(cfg *profiles.Config) (def, max cgroups.Limits, err error) {
+	x := cfg.Execution
+	def = cgroups.Limits{MemoryBytes: int64(x.DefaultMemory), CPUs: x.DefaultCPUs, Pids: int64(x.MaxPids)}
+	max = cgroups.Limits{MemoryBytes: int64(x.MaxMemory), CPUs: x.MaxCPUs, Pids: int64(x.MaxPids)}
+	if err := max.Validate(); err != nil {
+		return def, max, err
+	}
+	def, err = max.Tighten(def)
+	return def, max, err
+}
+
+// Store is the image store.
+func (e *Engine) Store() *rootfs.Store { return e.store }
+
+// Runtime is the sandbox runtime.
+func (e *Engine) Runtime() *sandbox.Runtime { return e.rt }
+
+// Config is the effective configuration.
+func (e *Engine) Config() *profiles.Config { return e.cfg }
+
+// Request is one execution.
+type Request struct {
+	Code    string
+	Image   string        // "" = images.default
+	Timeout time.Duration // 0 = execution.default_timeout
+	Memory  int64         // bytes; 0 = default
+	CPUs    float64       // 0 = default
+	Client  string        // for the audit log
+}
+
+// Plan is a validated request: the limits in force and the image.
+type Plan struct {
+	Image   string
+	Timeout time.Duration
+	Limits  cgroups.Limits
+}
+
+// Validate checks a request against the configured maxima and allowlist.
+// A request can tighten limits, never loosen them.
+func (e *Engine) Validate(req Request) (Plan, error) {
+	x := e.cfg.Execution
+	p := Plan{Image: req.Image, Timeout: req.Timeout}
+	if max := int64(x.MaxCodeSize); max > 0 && int64(len(req.Code)) > max {
+		return p, fmt.Errorf("%w: code is %d bytes, over the limit of %d bytes (execution.max_code_size)", ErrInvalidRequest, len(req.Code), max)
+	}
+	if p.Image == "" {
+		p.Image = e.cfg.Images.Default
+	}
+	if !e.cfg.Images.Allowed(p.Image) {
+		return p, fmt.Errorf("%w: image %q is not allowed; allowed: %s (images.allowed)", ErrInvalidRequest, p.Image, strings.Join(e.cfg.Images.AllowedPatterns, ", "))
+	}
+	maxT := time.Duration(x.MaxTimeout)
+	switch {
+	case p.Timeout < 0:
+		return p, fmt.Errorf("%w: timeout %s must be positive", ErrInvalidRequest, p.Timeout)
+	case p.Timeout == 0:
+		p.Timeout = time.Duration(x.DefaultTimeout)
+	case p.Timeout > maxT:
+		return p, fmt.Errorf("%w: timeout %s exceeds the maximum %s (execution.max_timeout)", ErrInvalidRequest, p.Timeout, maxT)
+	}
+	lim, err := e.max.Tighten(e.def)
+	if err != nil {
+		return p, err
+	}
+	if req.Memory != 0 || req.CPUs != 0 {
+		if lim, err = e.max.Tighten(cgroups.Limits{MemoryBytes: orI(req.Memory, e.def.MemoryBytes), CPUs: orF(req.CPUs, e.def.CPUs), Pids: e.def.Pids}); err != nil {
+			return p, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+	}
+	p.Limits = lim
+	return p, nil
+}
+
+func orI(v, d int64) int64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func orF(v, d float64) float64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// Execute runs code once in a fresh sandbox that is destroyed afterwards.
+func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, error) {
+	if err := e.enter(); err != nil {
+		return nil, err
+	}
+	defer e.active.Done()
+	plan, err := e.Validate(req)
+	if err != nil {
+		return nil, err
+	}
+	e.audit.Log(audit.Event{Event: audit.EventExecutionRequest, Severity: "info", Image: plan.Image,
+		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client})
+	sb, err := e.acquire(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	defer e.destroy(sb)
+	e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: "info", SandboxID: sb.ID(), Image: plan.Image})
+	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit)})
+}
+
+// acquire returns a running sandbox of plan's image with plan's limits in
+// force: from the warm pool when there is one, else started cold.
+func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, error) {
+	var sb *sandbox.Sandbox
+	var err error
+	if p := e.poolFor(plan.Image); p != nil {
+		sb, _, err = p.Acquire(ctx)
+	} else {
+		sb, err = e.startSandbox(ctx, plan.Image)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if plan.Limits != e.def {
+		if err := sb.SetLimits(plan.Limits); err != nil {
+			e.destroy(sb)
+			return nil, err
+		}
+	}
+	return sb, nil
+}
+
+// startSandbox starts a cold sandbox of image with the profile's default
+// limits; destroying it releases its image mount.
+func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandbox, error) {
+	fs, err := e.store.Acquire(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+	cfg := e.sandboxConfig(fs.Path(), e.def)
+	cfg.OnDestroy = func() {
+		if err := fs.Release(); err != nil {
+			e.log.Warn("releasing rootfs", "image", image, "err", err)
+		}
+	}
+	sb, err := e.rt.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.audit.Log(audit.Event{Event: audit.EventContainerCreate, Severity: "info", SandboxID: sb.ID(), Image: image})
+	return sb, nil
+}
+
+// destroy removes a used sandbox off the request path.
+func (e *Engine) destroy(sb *sandbox.Sandbox) {
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		if err := sb.Destroy(); err != nil {
+			e.log.Warn("destroying sandbox", "sandbox", sb.ID(), "err", err)
+		}
+		e.audit.Log(audit.Event{Event: audit.EventContainerRemove, Severity: "info", SandboxID: sb.ID()})
+	}()
+}
+
+func (e *Engine) sandboxConfig(rootfs string, lim cgroups.Limits) sandbox.Config {
+	s := e.cfg.Security
+	return sandbox.Config{
+		Rootfs:        rootfs,
+		Limits:        lim,
+		TmpSize:       int64(e.cfg.Execution.TmpSize),
+		WorkspaceSize: int64(e.cfg.Volumes.SessionQuota),
+		UIDBase:       uint32(s.UIDMapBase),
+		UIDSize:       uint32(s.UIDMapSize),
+		UID:           uint32(s.SandboxUID),
+		Seccomp:       e.seccomp,
+	}
+}
+
+func (e *Engine) enter() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	e.active.Add(1)
+	return nil
+}
+
+// Close waits up to grace for running executions, then destroys every
+// sandbox and releases the image store.
+func (e *Engine) Close(grace time.Duration) error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() { e.active.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		e.log.Warn("executions still running after the shutdown grace period; killing them")
+	}
+	e.mu.Lock()
+	pools := e.pools
+	e.pools = nil
+	e.mu.Unlock()
+	var errs []error
+	for _, p := range pools {
+		errs = append(errs, p.Close())
+	}
+	e.bg.Wait()
+	errs = append(errs, e.rt.Close(), e.store.Close())
+	return errors.Join(errs...)
+}
+
+// poolFor returns the warm pool of image, creating it on first use; nil when
+// pools are disabled.
+func (e *Engine) poolFor(image string) *pool.Pool {
+	pc := e.cfg.Pool
+	if !pc.Enabled || pc.Size <= 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	if p, ok := e.pools[image]; ok {
+		return p
+	}
+	if e.pools == nil {
+		e.pools = make(map[string]*pool.Pool)
+	}
+	warm := append([]string(nil), pc.WarmModules...)
+	if image == e.cfg.Images.Data {
+		warm = append(warm, pc.WarmModulesData...)
+	}
+	p := pool.New(pool.Options{
+		Name:              image,
+		Size:              pc.Size,
+		MaxIdleAge:        time.Duration(pc.MaxIdleAge),
+		RefillConcurrency: pc.RefillConcurrency,
+		WarmModules:       warm,
+		Start:             func(ctx context.Context) (*sandbox.Sandbox, error) { return e.startSandbox(ctx, image) },
+		Logger:            e.log,
+	})
+	e.pools[image] = p
+	return p
+}
+
+// Prewarm creates the pool of the default image so it fills before the
+// first request.
+func (e *Engine) Prewarm() {
+	e.poolFor(e.cfg.Images.Default)
+}
+
+// PoolStats are the counters of every pool.
+func (e *Engine) PoolStats() []pool.Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]pool.Stats, 0, len(e.pools))
+	for _, p := range e.pools {
+		out = append(out, p.Stats())
+	}
+	return out
+}

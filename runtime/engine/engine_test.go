@@ -1,0 +1,129 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/internal/hooks"
+	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/engine"
+)
+
+func TestMain(m *testing.M) {
+	if hooks.Reexec() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func TestValidate(t *testing.T) {
+	eng := testenv.Engine(t, false, nil)
+	tests := []struct {
+		name string
+		req  engine.Request
+		want string // substring of the error; "" = valid
+	}{
+		{"defaults", engine.Request{Code: "1"}, ""},
+		{"tighter", engine.Request{Code: "1", Timeout: time.Second, Memory: 64 << 20, CPUs: 0.5}, ""},
+		{"timeout over max", engine.Request{Code: "1", Timeout: time.Hour}, "execution.max_timeout"},
+		{"negative timeout", engine.Request{Code: "1", Timeout: -time.Second}, "must be positive"},
+		{"memory over max", engine.Request{Code: "1", Memory: 64 << 30}, "memory"},
+		{"cpus over max", engine.Request{Code: "1", CPUs: 64}, "cpus"},
+		{"image not allowed", engine.Request{Code: "1", Image: "docker.io/library/evil:1"}, "not allowed"},
+		{"code too big", engine.Request{Code: strings.Repeat("#", 2<<20)}, "max_code_size"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := eng.Validate(tc.req)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("got %v, want valid", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("got %v, want an error naming %q", err, tc.want)
+			case tc.want != "" && !errors.Is(err, engine.ErrInvalidRequest):
+				t.Errorf("got %v, want errors.Is ErrInvalidRequest", err)
+			}
+		})
+	}
+}
+
+func TestExecuteCold(t *testing.T) {
+	eng := testenv.Engine(t, false, nil)
+	res, err := eng.Execute(context.Background(), engine.Request{Code: "print(6*7)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Success || res.Stdout != "42\n" || res.SessionID != nil {
+		t.Errorf("got %+v", res)
+	}
+}
+
+func TestExecuteWarm(t *testing.T) {
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		c.Pool.Enabled, c.Pool.Size = true, 2
+	})
+	eng.Prewarm()
+	waitPool(t, eng, 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := eng.Execute(context.Background(), engine.Request{Code: fmt.Sprintf("print(%d)", i)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if res.Stdout != fmt.Sprintf("%d\n", i) {
+				errs <- fmt.Errorf("run %d: stdout %q", i, res.Stdout)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := eng.PoolStats()
+	if len(st) != 1 || st[0].Hits == 0 || st[0].Hits+st[0].Misses != 8 {
+		t.Errorf("pool stats %+v", st)
+	}
+}
+
+func TestRequestMemoryLimitWithPool(t *testing.T) {
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		c.Pool.Enabled, c.Pool.Size = true, 1
+	})
+	eng.Prewarm()
+	waitPool(t, eng, 1)
+	res, err := eng.Execute(context.Background(), engine.Request{Code: "x = bytearray(200 << 20)", Memory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OOMKilled || res.Success {
+		t.Errorf("200m under a 64m request: oom_killed %v success %v error %+v", res.OOMKilled, res.Success, res.Error)
+	}
+}
+
+func waitPool(t *testing.T, eng *engine.Engine, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := eng.PoolStats()
+		if len(st) == 1 && st[0].Ready >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not ready: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,416 @@
+package kernel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const hostPython = "/usr/bin/python3"
+
+// agent is a live agent.py run by the host's python3, wired up the way the sandbox launcher
+// wires it: requests on fd 3, replies on fd 4.
+type agent struct {
+	cmd *exec.Cmd
+	c   *Client
+}
+
+func startAgent(tb testing.TB) *agent {
+	tb.Helper()
+	if _, err := os.Stat(hostPython); err != nil {
+		tb.Skipf("needs %s: %v", hostPython, err)
+	}
+	dir := tb.TempDir()
+	path := filepath.Join(dir, AgentFileName)
+	if err := os.WriteFile(path, AgentSource, 0o444); err != nil {
+		tb.Fatal(err)
+	}
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	argv := Argv(path)
+	cmd := exec.Command(hostPython, argv[1:]...)
+	cmd.ExtraFiles = []*os.File{reqR, repW} // fd 3, fd 4
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "LANG=C.UTF-8", "MPLBACKEND=Agg"}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	reqR.Close()
+	repW.Close()
+	a := &agent{cmd: cmd, c: NewClient(repR, reqW, Options{})}
+	tb.Cleanup(func() {
+		a.c.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.c.Hello(ctx); err != nil {
+		tb.Fatalf("hello: %v", err)
+	}
+	return a
+}
+
+func (a *agent) exec(tb testing.TB, code string) *Result {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := a.c.Exec(ctx, ExecRequest{Code: code})
+	if err != nil {
+		tb.Fatalf("Exec(%q): %v", code, err)
+	}
+	return res
+}
+
+func TestHello(t *testing.T) {
+	a := startAgent(t)
+	h, err := a.c.Hello(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(h.Python, "3.") || h.PID != a.cmd.Process.Pid {
+		t.Errorf("got %+v, want python 3.x and pid %d", h, a.cmd.Process.Pid)
+	}
+	for _, m := range []string{"numpy", "pandas", "matplotlib"} {
+		if _, ok := h.Modules[m]; !ok {
+			t.Errorf("hello modules lack %q: %v", m, h.Modules)
+		}
+	}
+}
+
+func TestExec(t *testing.T) {
+	a := startAgent(t)
+	big := strings.Repeat("x", 5_000_000)
+	tests := []struct {
+		name  string
+		code  string
+		check func(t *testing.T, r *Result)
+	}{
+		{"print", "print('hello')", func(t *testing.T, r *Result) {
+			want := &Result{Success: true, Stdout: "hello\n", Display: []Display{}}
+			if diff := cmp.Diff(want, r); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		}},
+		{"expression", "1+1", wantResult(json.Number("2"))},
+		{"json object", `{"a": [1, 2]}`, wantResult(map[string]any{"a": []any{json.Number("1"), json.Number("2")}})},
+		{"big int stays exact", "2**70", wantResult(json.Number("1180591620717411303424"))},
+		{"None", "None", wantResult(nil)},
+		{"tuple is a repr", "(1, 'a')", wantResult("(1, 'a')")},
+		{"int keys are a repr", "{1: 2}", wantResult("{1: 2}")},
+		{"nan is a repr", "float('nan')", wantResult("nan")},
+		{"object is a repr", "class A: pass\nA()", func(t *testing.T, r *Result) {
+			if s, _ := r.Result.(string); !strings.HasPrefix(s, "<__main__.A object at ") {
+				t.Errorf("got result %#v, want the repr of A()", r.Result)
+			}
+		}},
+		{"statement has no result", "x = 1", wantResult(nil)},
+		{"stdout and stderr apart", "import sys\nprint('out')\nprint('err', file=sys.stderr)", wantOutput("out\n", "err\n")},
+		{"os.system", "import os\nos.system('echo hi')", wantOutput("hi\n", "")},
+		{"subprocess stderr", "import subprocess\nsubprocess.run(['sh', '-c', 'echo err >&2'])\nNone", wantOutput("", "err\n")},
+		{"order of print and children", "import os\nprint('a')\nos.system('echo b')\nprint('c')", wantOutput("a\nb\nc\n", "")},
+		{"invalid utf-8", "import os\nos.write(1, b'a\\xffb')", wantOutput("a\uFFFDb", "")},
+		{"garbage json on fd 1 and 2", "import os\nprint('{\"id\": 1, \"ok\": false}')\nos.write(2, b'}{\\n\\x00')\n" +
+			`os.system("echo '{\"op\": \"hello\"}'")` + "\n7",
+			func(t *testing.T, r *Result) {
+				wantOutput("{\"id\": 1, \"ok\": false}\n{\"op\": \"hello\"}\n", "}{\n\x00")(t, r)
+				wantResult(json.Number("7"))(t, r)
+			}},
+		{"5 MB of output is truncated", "print('" + big[:100] + "' * 50_000, end='')", func(t *testing.T, r *Result) {
+			if !r.Truncated || len(r.Stdout) != DefaultOutputLimit {
+				t.Errorf("got truncated=%v len(stdout)=%d, want true and %d", r.Truncated, len(r.Stdout), DefaultOutputLimit)
+			}
+		}},
+		{"syntax error", "x = 1\ny = (1 +* 2)", func(t *testing.T, r *Result) {
+			want := &ExecError{Type: "SyntaxError", Message: "invalid syntax (line 2, column 9)", Line: 2, Column: 9}
+			if diff := cmp.Diff(want, r.Error, ignoreTraceback); diff != "" || r.Success {
+				t.Errorf("success=%v (-want +got)\n%s", r.Success, diff)
+			}
+			if !strings.Contains(r.Error.Traceback, `File "<cell>", line 2`) {
+				t.Errorf("traceback %q does not name <cell> line 2", r.Error.Traceback)
+			}
+		}},
+		{"traceback", "a = 1\nb = 0\na / b", func(t *testing.T, r *Result) {
+			if r.Error == nil || r.Error.Type != "ZeroDivisionError" || r.Error.Message != "division by zero" {
+				t.Fatalf("got error %+v, want ZeroDivisionError", r.Error)
+			}
+			tb := r.Error.Traceback
+			if !strings.Contains(tb, `File "<cell>", line 3, in <module>`) || strings.Contains(tb, AgentFileName) {
+				t.Errorf("traceback names the agent or misses <cell> line 3:\n%s", tb)
+			}
+		}},
+		{"SystemExit", "import sys\nsys.exit(3)", func(t *testing.T, r *Result) {
+			if r.Error == nil || r.Error.Type != "SystemExit" || !strings.Contains(r.Error.Message, "3") {
+				t.Errorf("got error %+v, want SystemExit 3", r.Error)
+			}
+		}},
+		{"display", "class Pic:\n  def _repr_png_(self): return b'\\x89PNG'\n  def _repr_html_(self): return '<b>pic</b>'\ndisplay(Pic())", func(t *testing.T, r *Result) {
+			want := []Display{{"image/png", "iVBORw=="}, {"text/html", "<b>pic</b>"}}
+			if diff := cmp.Diff(want, r.Display); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		}},
+		{"fork child does not answer", "import os\nif os.fork() == 0:\n  print('child')\nelse:\n  os.wait()", wantOutput("child\n", "")},
+		{"fds 3 and 4 are not inherited", "import subprocess, sys\nprint(os.readlink('/proc/self/fd/0'))\nsubprocess.run([sys.executable, '-c', 'import os; print(sorted(os.listdir(\"/proc/self/fd\")))'])\nNone",
+			wantOutput("/dev/null\n['0', '1', '2', '3']\n", "")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code := tt.code
+			if strings.Contains(code, "os.readlink") {
+				code = "import os\n" + code
+			}
+			tt.check(t, a.exec(t, code))
+		})
+	}
+	// After all that the agent still answers.
+	if err := a.c.Ping(context.Background()); err != nil {
+		t.Fatalf("ping after the table: %v", err)
+	}
+}
+
+var ignoreTraceback = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Traceback" }, cmp.Ignore())
+
+func wantResult(want any) func(*testing.T, *Result) {
+	return func(t *testing.T, r *Result) {
+		t.Helper()
+		if r.Error != nil {
+			t.Fatalf("unexpected error %+v", r.Error)
+		}
+		if diff := cmp.Diff(want, r.Result); diff != "" {
+			t.Errorf("result (-want +got)\n%s", diff)
+		}
+	}
+}
+
+func wantOutput(stdout, stderr string) func(*testing.T, *Result) {
+	return func(t *testing.T, r *Result) {
+		t.Helper()
+		if r.Error != nil {
+			t.Fatalf("unexpected error %+v", r.Error)
+		}
+		if r.Stdout != stdout || r.Stderr != stderr {
+			t.Errorf("got stdout %q stderr %q, want %q %q", r.Stdout, r.Stderr, stdout, stderr)
+		}
+	}
+}
+
+func TestGlobalsPersist(t *testing.T) {
+	a := startAgent(t)
+	a.exec(t, "x = 40\ndef f(): return x + 2")
+	if r := a.exec(t, "f()"); r.Result != json.Number("42") {
+		t.Errorf("got %#v, want 42", r.Result)
+	}
+	if r := a.exec(t, "__name__"); r.Result != "__main__" {
+		t.Errorf("got __name__ %#v, want __main__", r.Result)
+	}
+}
+
+func sigint(a *agent) func() error {
+	return func() error { return a.cmd.Process.Signal(syscall.SIGINT) }
+}
+
+func TestInterrupt(t *testing.T) {
+	a := startAgent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := a.c.Exec(ctx, ExecRequest{
+		Code:           "print('before')\nwhile True: pass",
+		Interrupt:      sigint(a),
+		InterruptGrace: 5 * time.Second,
+	})
+	if !errors.Is(err, ErrTimeout) || res == nil {
+		t.Fatalf("got %v, %v, want a result and ErrTimeout", res, err)
+	}
+	if res.Error == nil || res.Error.Type != "KeyboardInterrupt" || res.Stdout != "before\n" || !res.TimedOut {
+		t.Errorf("got %+v, want KeyboardInterrupt after 'before'", res)
+	}
+	if strings.Contains(res.Error.Traceback, AgentFileName) {
+		t.Errorf("traceback names the agent:\n%s", res.Error.Traceback)
+	}
+	if r := a.exec(t, "1"); r.Result != json.Number("1") {
+		t.Errorf("after interrupt got %#v, want 1", r.Result)
+	}
+	// SIGINT between requests is ignored.
+	if err := a.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.c.Ping(context.Background()); err != nil {
+		t.Fatalf("ping after idle SIGINT: %v", err)
+	}
+}
+
+func TestTimeoutThenLateReply(t *testing.T) {
+	a := startAgent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := a.c.Exec(ctx, ExecRequest{Code: "import time\ntime.sleep(0.5)\n'late'"}); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("got %v, want ErrTimeout", err)
+	}
+	// The late reply to the abandoned exec comes first and must be skipped.
+	if r := a.exec(t, "'fresh'"); r.Result != "fresh" {
+		t.Errorf("got %#v, want 'fresh'", r.Result)
+	}
+}
+
+func TestAgentExit(t *testing.T) {
+	a := startAgent(t)
+	ctx := context.Background()
+	if _, err := a.c.Exec(ctx, ExecRequest{Code: "import os\nos._exit(0)"}); !errors.Is(err, ErrAgentExited) {
+		t.Fatalf("got %v, want ErrAgentExited", err)
+	}
+	if err := a.c.Ping(ctx); !errors.Is(err, ErrAgentExited) {
+		t.Errorf("ping on a broken client: got %v, want ErrAgentExited", err)
+	}
+}
+
+func TestInspect(t *testing.T) {
+	a := startAgent(t)
+	a.exec(t, "import json\nnums = [1, 2, 3]\nd = {'k': 'v'}\n_hidden = 1\ndef fn(): pass\nclass Bad:\n  def __repr__(self): raise ValueError\nbad = Bad()")
+	vars, err := a.c.Inspect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Variable{}
+	for _, v := range vars {
+		got[v.Name] = v
+	}
+	three, one := 3, 1
+	want := map[string]Variable{
+		"nums": {Name: "nums", Type: "list", Kind: "value", Length: &three, Repr: "[1, 2, 3]"},
+		"d":    {Name: "d", Type: "dict", Kind: "value", Length: &one, Repr: "{'k': 'v'}"},
+		"fn":   {Name: "fn", Type: "function", Kind: "function"},
+		"Bad":  {Name: "Bad", Type: "type", Kind: "class", Repr: "<class '__main__.Bad'>"},
+		"bad":  {Name: "bad", Type: "__main__.Bad", Kind: "value", Repr: "<Bad instance at"},
+	}
+	opts := cmp.Options{
+		cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".SizeBytes" }, cmp.Ignore()),
+		cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Repr" }, cmp.Comparer(func(a, b string) bool {
+			return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) || a == "" || b == ""
+		})),
+	}
+	if diff := cmp.Diff(want, got, opts); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+	if got["nums"].SizeBytes <= 0 {
+		t.Errorf("nums size %d, want > 0", got["nums"].SizeBytes)
+	}
+}
+
+func TestInspectNumpy(t *testing.T) {
+	if exec.Command(hostPython, "-I", "-c", "import numpy").Run() != nil {
+		t.Skip("numpy is not importable by the host's python3")
+	}
+	a := startAgent(t)
+	a.exec(t, "import numpy as np\narr = np.zeros((3, 4))")
+	vars, err := a.c.Inspect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vars {
+		if v.Name == "arr" {
+			if diff := cmp.Diff([]int{3, 4}, v.Shape); diff != "" || v.SizeBytes != 96 {
+				t.Errorf("size %d (want 96), shape (-want +got)\n%s", v.SizeBytes, diff)
+			}
+			return
+		}
+	}
+	t.Errorf("arr missing from %+v", vars)
+}
+
+func TestInspectSlowRepr(t *testing.T) {
+	a := startAgent(t)
+	a.exec(t, "class Slow:\n  def __repr__(self):\n    while True:\n      try:\n        pass\n      except Exception:\n        pass\ns = Slow()")
+	start := time.Now()
+	vars, err := a.c.Inspect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vars) != 2 || vars[1].Repr != "<inspect timed out>" || time.Since(start) > 5*time.Second {
+		t.Errorf("got %+v after %v, want s timed out", vars, time.Since(start))
+	}
+}
+
+func TestWarm(t *testing.T) {
+	a := startAgent(t)
+	got, err := a.c.Warm(context.Background(), []string{"json", "no_such_module_xyz", "decimal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"json", "decimal"}, got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
+func TestPickleRestore(t *testing.T) {
+	a := startAgent(t)
+	path := filepath.Join(t.TempDir(), "state.pkl")
+	a.exec(t, "import threading\nclass P:\n  v = 5\nnums = [1, 2]\np = P()\nlock = threading.Lock()")
+	rep, err := a.c.PickleState(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&StateReport{Saved: []string{"P", "nums", "p"}, Failed: []string{"lock"}}, rep); diff != "" {
+		t.Errorf("pickle (-want +got)\n%s", diff)
+	}
+	b := startAgent(t)
+	b.exec(t, "class P:\n  v = 7")
+	rep, err = b.c.RestoreState(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(&StateReport{Restored: []string{"P", "nums", "p"}, Failed: []string{}}, rep); diff != "" {
+		t.Errorf("restore (-want +got)\n%s", diff)
+	}
+	if r := b.exec(t, "nums + [p.v]"); cmp.Diff([]any{json.Number("1"), json.Number("2"), json.Number("7")}, r.Result) != "" {
+		t.Errorf("got %#v, want [1 2 7]", r.Result)
+	}
+}
+
+func TestUnknownOp(t *testing.T) {
+	a := startAgent(t)
+	_, err := a.c.roundTrip(context.Background(), &request{Op: "bogus"}, nil, 0)
+	var re *RequestError
+	if !errors.As(err, &re) || re.Type != "ProtocolError" {
+		t.Fatalf("got %v, want a ProtocolError RequestError", err)
+	}
+	if err := a.c.Ping(context.Background()); err != nil {
+		t.Errorf("client unusable after a refused request: %v", err)
+	}
+}
+
+func BenchmarkExecPrint(b *testing.B) {
+	a := startAgent(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := a.c.Exec(ctx, ExecRequest{Code: "print(1)"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPing(b *testing.B) {
+	a := startAgent(b)
+	ctx := context.Background()
+	for b.Loop() {
+		if err := a.c.Ping(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

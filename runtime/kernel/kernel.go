@@ -1,0 +1,50 @@
+// Package kernel holds the in-sandbox agent (agent.py, embedded) and the host side of its
+// protocol: JSON lines over two pipes, requests on the agent's fd 3 and replies on its fd 4.
+//
+// The sandbox launcher must start the agent as the sandbox's init with
+//
+//	argv:  Argv(AgentPath)   (python3 -I -B /opt/forge/agent/agent.py)
+//	fd 0:  anything (the agent points it at /dev/null)
+//	fd 1, fd 2: anything (the agent replaces them with per-exec capture buffers)
+//	fd 3:  read end of the request pipe  (host → agent)
+//	fd 4:  write end of the reply pipe   (agent → host)
+//
+// and hand the other two pipe ends to NewClient. The agent moves fds 3 and 4 to high,
+// close-on-exec numbers before running anything, so neither user code's child processes nor
+// its ordinary output can reach the reply channel. User code runs in the agent's own process,
+// so it could still write to the reply pipe on purpose: the client therefore treats every byte
+// as untrusted, and any malformed reply breaks the client for good (the host then kills the
+// sandbox).
+//
+// Interrupts are not requests (the agent's only thread is busy running the code): the host
+// sends SIGINT to the agent process. During an exec that raises KeyboardInterrupt in the user's
+// code, which the agent reports as an error of type KeyboardInterrupt, and the agent survives.
+// Between requests the agent ignores SIGINT. Code blocked in os.system() does not see SIGINT
+// (system(3) ignores it in the caller); the host's SIGKILL on the wall-clock timeout covers that.
+package kernel
+
+import _ "embed"
+
+// AgentFileName is the agent's file name inside the directory mounted into the sandbox.
+const AgentFileName = "agent.py"
+
+// AgentPath is where the sandbox launcher mounts the agent (read-only).
+const AgentPath = "/opt/forge/agent/" + AgentFileName
+
+// The fds the agent expects its protocol pipes on (ExtraFiles[0] and ExtraFiles[1] in os/exec).
+const (
+	RequestFD = 3
+	ReplyFD   = 4
+)
+
+// AgentSource is agent.py, written into the sandbox's agent directory by the launcher.
+//
+//go:embed agent.py
+var AgentSource []byte
+
+// Argv is the agent's command line. -I isolates it from PYTHON* variables and the user site
+// (dist-packages stays on the path, where Debian installs numpy and friends); -B keeps it
+// from writing .pyc files into /workspace.
+func Argv(agentPath string) []string {
+	return []string{"python3", "-I", "-B", agentPath}
+}

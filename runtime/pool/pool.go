@@ -1,0 +1,368 @@
+// Package pool keeps pre-started, paused sandboxes whose agent is already
+// running and has imported what most code needs, so that a stateless run
+// pays only for resume and exec. A pooled sandbox is handed to exactly one
+// request and destroyed after it: never reused once user code ran in it.
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/mcp-forge/forge/runtime/sandbox"
+)
+
+// Status is the state of one pool slot.
+type Status int
+
+const (
+	// Starting: the sandbox is being created and warmed.
+	Starting Status = iota
+	// Ready: paused in the pool, never given to anyone.
+	Ready
+	// Acquired: handed to one request; it will be destroyed after it.
+	Acquired
+	// Destroyed: gone.
+	Destroyed
+)
+
+func (s Status) String() string {
+	switch s {
+	case Starting:
+		return "starting"
+	case Ready:
+		return "ready"
+	case Acquired:
+		return "acquired"
+	case Destroyed:
+		return "destroyed"
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+// StartFunc creates a running sandbox for the pool; the pool warms and
+// pauses it.
+type StartFunc func(ctx context.Context) (*sandbox.Sandbox, error)
+
+// Options configure a Pool.
+type Options struct {
+	Name string // for logs and stats, e.g. the image
+	Size int    // sandboxes kept ready; 0 disables the pool (every Acquire is cold)
+	// MaxIdleAge recycles a ready sandbox that waited this long.
+	MaxIdleAge time.Duration
+	// RefillConcurrency bounds sandboxes started at once in the background.
+	RefillConcurrency int
+	// WarmModules are imported in each sandbox before it is paused.
+	WarmModules []string
+	Start       StartFunc
+	Logger      *slog.Logger
+}
+
+type slot struct {
+	sb      *sandbox.Sandbox
+	status  Status
+	readyAt time.Time
+}
+
+// Stats are the pool's counters.
+type Stats struct {
+	Name       string `json:"name"`
+	Size       int    `json:"size"`
+	Ready      int    `json:"ready"`
+	Starting   int    `json:"starting"`
+	Hits       uint64 `json:"hits"`
+	Misses     uint64 `json:"misses"`
+	ColdStarts uint64 `json:"cold_starts"`
+	Replaced   uint64 `json:"replaced"` // ready sandboxes found dead and replaced
+	Recycled   uint64 `json:"recycled"` // ready sandboxes retired at max idle age
+	StartErrs  uint64 `json:"start_errors"`
+}
+
+// Pool is a pool of ready sandboxes of one image and profile.
+type Pool struct {
+	opts   Options
+	log    *slog.Logger
+	wake   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	ready    []*slot // FIFO: oldest first
+	starting int
+	stats    Stats
+	closed   bool
+}
+
+// New creates a pool and starts filling it in the background.
+func New(opts Options) *Pool {
+	if opts.RefillConcurrency <= 0 {
+		opts.RefillConcurrency = 1
+	}
+	if opts.MaxIdleAge <= 0 {
+		opts.MaxIdleAge = 10 * time.Minute
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{opts: opts, log: opts.Logger.With("pool", opts.Name), wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+	p.stats.Name, p.stats.Size = opts.Name, opts.Size
+	if opts.Size > 0 {
+		p.wg.Add(1)
+		go p.refillLoop()
+		p.kick()
+	}
+	return p
+}
+
+func (p *Pool) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Acquire hands out a ready sandbox, resumed and checked alive, or starts a
+// cold one when none is ready. warm says which it was. The caller owns the
+// sandbox and must destroy it.
+func (p *Pool) Acquire(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err error) {
+	for {
+		s := p.take()
+		if s == nil {
+			break
+		}
+		if err := p.wakeUp(ctx, s.sb); err != nil {
+			p.log.Warn("ready sandbox was dead; replacing it", "sandbox", s.sb.ID(), "err", err)
+			p.count(func(st *Stats) { st.Replaced++ })
+			p.destroyAsync(s.sb)
+			continue
+		}
+		p.count(func(st *Stats) { st.Hits++ })
+		p.kick()
+		return s.sb, true, nil
+	}
+	p.count(func(st *Stats) { st.Misses++; st.ColdStarts++ })
+	p.kick()
+	sb, err = p.opts.Start(ctx)
+	return sb, false, err
+}
+
+// take pops the oldest ready slot and marks it acquired: from here no one
+// else can see it.
+func (p *Pool) take() *slot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ready) == 0 || p.closed {
+		return nil
+	}
+	s := p.ready[0]
+	p.ready = p.ready[1:]
+	s.status = Acquired
+	return s
+}
+
+// wakeUp resumes a paused sandbox and pings its agent: a sandbox killed
+// while frozen only dies once thawed, so liveness is checked after resume.
+func (p *Pool) wakeUp(ctx context.Context, sb *sandbox.Sandbox) error {
+	if !sb.Alive() {
+		return errors.New("agent exited while paused")
+	}
+	if err := sb.Resume(); err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return sb.Client().Ping(pctx)
+}
+
+func (p *Pool) count(f func(*Stats)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(&p.stats)
+}
+
+// Stats returns a snapshot of the counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.Ready, st.Starting = len(p.ready), p.starting
+	return st
+}
+
+// refillLoop keeps the pool at its size and retires sandboxes past their
+// idle age.
+func (p *Pool) refillLoop() {
+	defer p.wg.Done()
+	sem := make(chan struct{}, p.opts.RefillConcurrency)
+	tick := time.NewTicker(max(p.opts.MaxIdleAge/4, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.wake:
+		case <-tick.C:
+			p.recycleOld()
+		}
+		for p.reserve() {
+			select {
+			case sem <- struct{}{}:
+			case <-p.ctx.Done():
+				p.unreserve()
+				return
+			}
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				defer func() { <-sem }()
+				p.fillOne()
+			}()
+		}
+	}
+}
+
+// reserve claims one start if the pool is short of its size.
+func (p *Pool) reserve() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.ready)+p.starting >= p.opts.Size {
+		return false
+	}
+	p.starting++
+	return true
+}
+
+func (p *Pool) unreserve() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.starting--
+}
+
+// fillOne starts, warms and pauses one sandbox and adds it to the pool.
+func (p *Pool) fillOne() {
+	sb, err := p.prepare()
+	p.mu.Lock()
+	p.starting--
+	if err != nil {
+		p.stats.StartErrs++
+		p.mu.Unlock()
+		p.log.Warn("starting pooled sandbox", "err", err)
+		// Back off so a broken image does not spin.
+		select {
+		case <-time.After(time.Second):
+			p.kick()
+		case <-p.ctx.Done():
+		}
+		return
+	}
+	if p.closed {
+		p.mu.Unlock()
+		_ = sb.Destroy()
+		return
+	}
+	p.ready = append(p.ready, &slot{sb: sb, status: Ready, readyAt: time.Now()})
+	p.mu.Unlock()
+	p.log.Debug("sandbox ready in pool", "sandbox", sb.ID())
+}
+
+func (p *Pool) prepare() (_ *sandbox.Sandbox, retErr error) {
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
+	defer cancel()
+	sb, err := p.opts.Start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if retErr != nil {
+			_ = sb.Destroy()
+		}
+	}()
+	if len(p.opts.WarmModules) > 0 {
+		if _, err := sb.Client().Warm(ctx, p.opts.WarmModules); err != nil {
+			return nil, fmt.Errorf("warming sandbox %s: %w", sb.ID(), err)
+		}
+	}
+	if err := sb.Pause(); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// recycleOld destroys ready sandboxes older than MaxIdleAge; the refill
+// replaces them.
+func (p *Pool) recycleOld() {
+	p.mu.Lock()
+	var old []*slot
+	keep := p.ready[:0]
+	for _, s := range p.ready {
+		if time.Since(s.readyAt) > p.opts.MaxIdleAge || !s.sb.Alive() {
+			s.status = Destroyed
+			old = append(old, s)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	p.ready = keep
+	p.stats.Recycled += uint64(len(old))
+	p.mu.Unlock()
+	for _, s := range old {
+		p.destroyAsync(s.sb)
+	}
+}
+
+func (p *Pool) destroyAsync(sb *sandbox.Sandbox) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := sb.Destroy(); err != nil {
+			p.log.Warn("destroying sandbox", "sandbox", sb.ID(), "err", err)
+		}
+	}()
+}
+
+// Close stops refilling and destroys every ready sandbox. Sandboxes already
+// acquired belong to their callers.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	p.cancel()
+	var errs []error
+	for _, s := range ready {
+		s.status = Destroyed
+		errs = append(errs, s.sb.Destroy())
+	}
+	p.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ReadyPids are the host pids of the ready sandboxes' agents (for tests and
+// diagnostics).
+func (p *Pool) ReadyPids() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var pids []int
+	for _, s := range p.ready {
+		pids = append(pids, s.sb.Pid())
+	}
+	return pids
+}
+
+// ReadyUsage is the current memory charge of the oldest ready sandbox.
+func (p *Pool) ReadyUsage() (uint64, error) {
+	p.mu.Lock()
+	if len(p.ready) == 0 {
+		p.mu.Unlock()
+		return 0, errors.New("pool: no ready sandbox")
+	}
+	sb := p.ready[0].sb
+	p.mu.Unlock()
+	return sb.MemoryCurrent()
+}

@@ -1,0 +1,236 @@
+package pool_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/internal/hooks"
+	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/runtime/pool"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	if hooks.Reexec() {
+		return
+	}
+	code := m.Run()
+	if err := testenv.Close(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+var limits = cgroups.Limits{MemoryBytes: 256 << 20, CPUs: 1, Pids: 64}
+
+func newPool(t *testing.T, size int) *pool.Pool {
+	t.Helper()
+	rt, root := testenv.Runtime(t)
+	p := pool.New(pool.Options{
+		Name: t.Name(), Size: size, RefillConcurrency: 2, WarmModules: []string{"json", "re"},
+		Start: func(ctx context.Context) (*sandbox.Sandbox, error) {
+			return rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: limits})
+		},
+	})
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p
+}
+
+// waitReady polls until the pool holds n ready sandboxes.
+func waitReady(t *testing.T, p *pool.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Stats().Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool not filled to %d: %+v", n, p.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func exec(t *testing.T, sb *sandbox.Sandbox, code string) string {
+	t.Helper()
+	r, err := sb.Exec(context.Background(), code, sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Error != nil {
+		return r.Error.Type
+	}
+	return r.Stdout
+}
+
+func TestNoStateCrossesRuns(t *testing.T) {
+	p := newPool(t, 2)
+	waitReady(t, p, 2)
+	ctx := context.Background()
+	a, warm, err := p.Acquire(ctx)
+	if err != nil || !warm {
+		t.Fatalf("Acquire: warm %v err %v", warm, err)
+	}
+	out := exec(t, a, "import os\nopen('/workspace/f','w').write('x')\nopen('/tmp/g','w').write('y')\nsecret = 42\nprint(os.getpid())")
+	a.Destroy()
+	waitReady(t, p, 2)
+	b, warm, err := p.Acquire(ctx)
+	if err != nil || !warm {
+		t.Fatalf("Acquire: warm %v err %v", warm, err)
+	}
+	defer b.Destroy()
+	if a.ID() == b.ID() {
+		t.Fatalf("same sandbox handed out twice: %s", a.ID())
+	}
+	got := exec(t, b, "import os\nprint(os.path.exists('/workspace/f'), os.path.exists('/tmp/g'), 'secret' in globals())")
+	if got != "False False False\n" {
+		t.Errorf("state of the previous run visible: %q (first run printed pid %q)", got, out)
+	}
+	if a.Pid() == b.Pid() {
+		t.Errorf("host pids equal: %d", a.Pid())
+	}
+}
+
+func TestParallelAcquiresNeverShare(t *testing.T) {
+	p := newPool(t, 4)
+	waitReady(t, p, 4)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, _, err := p.Acquire(context.Background())
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer sb.Destroy()
+			mu.Lock()
+			dup := seen[sb.ID()]
+			seen[sb.ID()] = true
+			mu.Unlock()
+			if dup {
+				errs <- fmt.Errorf("sandbox %s handed out twice", sb.ID())
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(seen) != 50 {
+		t.Errorf("distinct sandboxes %d, want 50", len(seen))
+	}
+	st := p.Stats()
+	if st.Hits+st.Misses != 50 || st.ColdStarts == 0 {
+		t.Errorf("counters %+v: want hits+misses = 50 and cold starts > 0 once the pool of 4 ran dry", st)
+	}
+}
+
+func TestKilledWhilePausedIsReplaced(t *testing.T) {
+	p := newPool(t, 1)
+	waitReady(t, p, 1)
+	// Peek at the ready sandbox's pid through a first acquire-free route:
+	// kill every process in the pool's sandboxes from outside.
+	pids := p.ReadyPids()
+	if len(pids) != 1 {
+		t.Fatalf("ready pids %v", pids)
+	}
+	if err := unix.Kill(pids[0], unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	sb, _, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	if sb.Pid() == pids[0] {
+		t.Fatalf("the killed sandbox was handed out")
+	}
+	if got := exec(t, sb, "print('alive')"); got != "alive\n" {
+		t.Errorf("replacement: %q", got)
+	}
+	if st := p.Stats(); st.Replaced != 1 {
+		t.Errorf("replaced = %d, want 1 (%+v)", st.Replaced, st)
+	}
+}
+
+func TestExhaustedFallsBackToCold(t *testing.T) {
+	p := newPool(t, 1)
+	waitReady(t, p, 1)
+	ctx := context.Background()
+	a, warm1, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Destroy()
+	b, warm2, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Destroy()
+	if !warm1 || warm2 {
+		t.Errorf("warm = %v, %v; want true, false", warm1, warm2)
+	}
+	if st := p.Stats(); st.ColdStarts != 1 || st.Hits != 1 {
+		t.Errorf("stats %+v, want 1 hit and 1 cold start", st)
+	}
+}
+
+func TestRequestLimitsInForce(t *testing.T) {
+	p := newPool(t, 1)
+	waitReady(t, p, 1)
+	sb, _, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	if err := sb.SetLimits(cgroups.Limits{MemoryBytes: 64 << 20, CPUs: 1, Pids: 64}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sb.Exec(context.Background(), "x = bytearray(150 << 20)", sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OOMKilled {
+		t.Errorf("150m under a 64m request limit (pool default 256m): oom_killed false, error %+v", r.Error)
+	}
+}
+
+func TestIdleMemory(t *testing.T) {
+	p := newPool(t, 1)
+	waitReady(t, p, 1)
+	u, err := p.ReadyUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("idle pooled sandbox memory: %.1f MiB", float64(u)/(1<<20))
+	if u > 16<<20 {
+		t.Errorf("idle pooled sandbox holds %d bytes", u)
+	}
+}
+
+func TestCloseLeavesNothing(t *testing.T) {
+	rt, _ := testenv.Runtime(t)
+	before := rt.Live()
+	p := newPool(t, 3)
+	waitReady(t, p, 3)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.Live(); got != before {
+		t.Errorf("live sandboxes after Close: %d, want %d", got, before)
+	}
+}

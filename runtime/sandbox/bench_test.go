@@ -1,0 +1,64 @@
+package sandbox_test
+
+import (
+	"context"
+	"os/exec"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/runtime/sandbox"
+)
+
+// BenchmarkCold measures create + run print(1) + destroy of a sandbox, and
+// reports bare `python3 -c 'print(1)'` on the host from the same run.
+func BenchmarkCold(b *testing.B) {
+	rt, root := setup(b)
+	bare := median(20, func() {
+		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := sb.Exec(ctx, "print(1)", sandbox.ExecOptions{Timeout: 10 * time.Second})
+		if err != nil || r.Stdout != "1\n" {
+			b.Fatalf("exec: %v %+v", err, r)
+		}
+		if err := sb.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	p50 := pct(lat, 50)
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(bare.Microseconds())/1000, "bare-python-ms")
+	b.ReportMetric(float64(p50)/float64(bare), "ratio")
+}
+
+func median(n int, f func()) time.Duration {
+	var d []time.Duration
+	for i := 0; i < n; i++ {
+		s := time.Now()
+		f()
+		d = append(d, time.Since(s))
+	}
+	return pct(d, 50)
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[(len(s)-1)*p/100]
+}

@@ -1,0 +1,142 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/runc/libcontainer"
+	"golang.org/x/sys/unix"
+)
+
+// CleanupReport says what Cleanup removed.
+type CleanupReport struct {
+	Sandboxes []string `json:"sandboxes"`
+	Cgroups   []string `json:"cgroups"`
+}
+
+// ownerPid extracts the forge process that created a sandbox from its id
+// ("<pid>-<random>").
+func ownerPid(id string) (int, bool) {
+	p, _, ok := strings.Cut(id, "-")
+	if !ok {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(p)
+	return pid, err == nil && pid > 0
+}
+
+// processAlive reports whether pid exists. A reused pid only makes clean-up
+// keep garbage longer, never remove a live sandbox.
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
+// orphaned reports whether a sandbox id belongs to a forge process that is gone.
+func orphaned(id string) bool {
+	pid, ok := ownerPid(id)
+	return ok && pid != os.Getpid() && !processAlive(pid)
+}
+
+// Cleanup removes sandboxes and cgroups whose owning forge process is gone.
+// Sandboxes of live forge processes sharing the state dir are left alone.
+func (r *Runtime) Cleanup(ctx context.Context) (CleanupReport, error) {
+	var rep CleanupReport
+	entries, err := os.ReadDir(r.root)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return rep, err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() || !orphaned(e.Name()) {
+			continue
+		}
+		if err := r.destroyOrphan(ctx, e.Name()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		rep.Sandboxes = append(rep.Sandboxes, e.Name())
+	}
+	cgs, err := r.cleanupCgroups()
+	rep.Cgroups = cgs
+	errs = append(errs, err)
+	return rep, errors.Join(errs...)
+}
+
+func (r *Runtime) destroyOrphan(ctx context.Context, id string) error {
+	c, err := libcontainer.Load(r.root, id)
+	if err != nil {
+		// Unreadable state: nothing can be running from it that we could
+		// address through libcontainer; drop the directory.
+		r.log.Warn("removing unreadable sandbox state", "sandbox", id, "err", err)
+		return os.RemoveAll(filepath.Join(r.root, id))
+	}
+	_ = c.Signal(unix.SIGKILL)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := c.Status()
+		if err != nil || st == libcontainer.Stopped {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("orphaned sandbox %s still running after SIGKILL", id)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := c.Destroy(); err != nil {
+		return fmt.Errorf("destroying orphaned sandbox %s: %w", id, err)
+	}
+	r.log.Info("removed orphaned sandbox", "sandbox", id)
+	return nil
+}
+
+// cleanupCgroups removes empty leftover cgroups of dead owners under every
+// mounted hierarchy (v1 controllers, or the v2 unified tree).
+func (r *Runtime) cleanupCgroups() ([]string, error) {
+	var removed []string
+	var errs []error
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*" + r.cgroupBase)
+	if st, err := os.Stat("/sys/fs/cgroup" + r.cgroupBase); err == nil && st.IsDir() {
+		roots = append(roots, "/sys/fs/cgroup"+r.cgroupBase)
+	}
+	for _, root := range roots {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if !e.IsDir() || !orphaned(e.Name()) {
+				continue
+			}
+			p := filepath.Join(root, e.Name())
+			if err := rmCgroup(p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, p)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// rmCgroup removes a cgroup directory tree, children first.
+func rmCgroup(p string) error {
+	entries, _ := os.ReadDir(p)
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := rmCgroup(filepath.Join(p, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("removing cgroup %q: %w", p, err)
+	}
+	return nil
+}

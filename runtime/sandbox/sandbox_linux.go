@@ -1,0 +1,588 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/seccomp"
+)
+
+// Options configure a Runtime.
+type Options struct {
+	// StateDir is forge's state directory; libcontainer state lives in
+	// StateDir/containers and the agent in StateDir/agent.
+	StateDir string
+	// CgroupParent is the cgroup under which every sandbox's cgroup is made.
+	CgroupParent string
+	Logger       *slog.Logger
+}
+
+// Runtime creates sandboxes. It is safe for concurrent use.
+type Runtime struct {
+	mu   sync.Mutex
+	live map[string]*Sandbox // sandboxes started and not yet destroyed
+
+	root       string
+	agentDir   string
+	cgroupBase string
+	log        *slog.Logger
+}
+
+// NewRuntime prepares the state directories, writes the agent and removes the
+// sandboxes that dead forge processes left behind. It refuses to work in a
+// build without seccomp.
+func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
+	if err := seccomp.Check(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSeccompUnsupported, err)
+	}
+	if opts.StateDir == "" {
+		return nil, fmt.Errorf("state dir not set: %w", ErrInvalidConfig)
+	}
+	if opts.CgroupParent == "" {
+		opts.CgroupParent = "forge"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Runtime{
+		root:       filepath.Join(opts.StateDir, "containers"),
+		cgroupBase: "/" + opts.CgroupParent,
+		log:        opts.Logger,
+		live:       make(map[string]*Sandbox),
+	}
+	// The state dir must be traversable by the sandbox's mapped root, which
+	// opens the rootfs and agent paths from inside its user namespace.
+	for _, d := range []string{opts.StateDir, r.root} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("creating %q: %w", d, err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("chmod %q: %w", d, err)
+		}
+	}
+	dir, err := writeAgent(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	r.agentDir = dir
+	if _, err := r.Cleanup(ctx); err != nil {
+		r.log.Warn("cleaning up orphaned sandboxes", "err", err)
+	}
+	return r, nil
+}
+
+// writeAgent writes the embedded agent to StateDir/agent/<hash>/agent.py,
+// world-readable and never writable by the sandbox (it is bind-mounted
+// read-only, and owned by host root).
+func writeAgent(stateDir string) (string, error) {
+	dir := filepath.Join(stateDir, "agent", agentHash())
+	path := filepath.Join(dir, kernel.AgentFileName)
+	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, kernel.AgentSource) {
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating agent dir: %w", err)
+	}
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return "", fmt.Errorf("chmod %q: %w", d, err)
+		}
+	}
+	tmp, err := os.CreateTemp(dir, ".agent-*")
+	if err != nil {
+		return "", fmt.Errorf("writing agent: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(kernel.AgentSource); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("writing agent: %w", err)
+	}
+	if err := tmp.Chmod(0o444); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return "", fmt.Errorf("installing agent: %w", err)
+	}
+	return dir, nil
+}
+
+func (r *Runtime) track(s *Sandbox) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live[s.id] = s
+}
+
+func (r *Runtime) untrack(s *Sandbox) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.live, s.id)
+}
+
+// Live is the number of sandboxes started and not yet destroyed.
+func (r *Runtime) Live() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live)
+}
+
+// Close destroys every sandbox this runtime started that is still alive.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	all := make([]*Sandbox, 0, len(r.live))
+	for _, s := range r.live {
+		all = append(all, s)
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, s := range all {
+		errs = append(errs, s.Destroy())
+	}
+	return errors.Join(errs...)
+}
+
+func agentHash() string {
+	sum := sha256.Sum256(kernel.AgentSource)
+	return hex.EncodeToString(sum[:6])
+}
+
+// Config describes one sandbox.
+type Config struct {
+	// Rootfs is the shared read-only mount of the image.
+	Rootfs string
+	// Limits are the cgroup limits at start; SetLimits can tighten them later.
+	Limits cgroups.Limits
+	// TmpSize caps the /tmp tmpfs.
+	TmpSize int64
+	// WorkspaceDir, when set, is bind-mounted read-write at /workspace (a
+	// session's quota-capped volume); otherwise /workspace is a tmpfs of
+	// WorkspaceSize.
+	WorkspaceDir  string
+	WorkspaceSize int64
+	// BridgeDir, when set, is bind-mounted at /run/forge (the sandbox's own
+	// code-mode socket).
+	BridgeDir string
+	// UIDBase and UIDSize map container ids onto an unprivileged host range.
+	UIDBase, UIDSize uint32
+	// UID is the uid (and gid) code runs as inside.
+	UID uint32
+	// Seccomp is the filter; nil means seccomp.Default().
+	Seccomp *specs.LinuxSeccomp
+	// Python is the interpreter inside the image ("python3" by PATH).
+	Python string
+	// OnDestroy runs exactly once after the sandbox is destroyed, or when
+	// Start fails (releasing the image mount it used, for instance).
+	OnDestroy func()
+}
+
+func (c *Config) setDefaults() error {
+	if c.TmpSize == 0 {
+		c.TmpSize = 64 << 20
+	}
+	if c.WorkspaceSize == 0 {
+		c.WorkspaceSize = 64 << 20
+	}
+	if c.UIDBase == 0 {
+		c.UIDBase = 100000
+	}
+	if c.UIDSize == 0 {
+		c.UIDSize = 65536
+	}
+	if c.UID == 0 {
+		c.UID = 1000
+	}
+	if c.UID >= c.UIDSize {
+		return fmt.Errorf("sandbox uid %d outside the mapped range of %d ids: %w", c.UID, c.UIDSize, ErrInvalidConfig)
+	}
+	if c.Python == "" {
+		c.Python = "python3"
+	}
+	if c.Seccomp == nil {
+		sc, err := seccomp.Default()
+		if err != nil {
+			return fmt.Errorf("default seccomp profile: %w", err)
+		}
+		c.Seccomp = sc
+	}
+	return c.Limits.Validate()
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// spec builds the OCI spec of a sandbox.
+func (r *Runtime) spec(id string, cfg *Config) (*specs.Spec, error) {
+	opts := []SpecOpt{
+		WithRootfs(cfg.Rootfs),
+		WithHostname("sandbox-" + id[len(id)-6:]),
+		WithIDMapping(cfg.UIDBase, cfg.UIDSize),
+		WithUser(cfg.UID, cfg.UID),
+		WithArgs(append([]string{cfg.Python}, kernel.Argv(kernel.AgentPath)[1:]...)...),
+		WithTmpfs("/tmp", cfg.TmpSize),
+		WithBind(r.agentDir, AgentMountPoint, false),
+		WithResources(cfg.Limits.Spec()),
+		WithSeccomp(cfg.Seccomp),
+		WithCgroupsPath(r.cgroupBase + "/" + id),
+	}
+	if cfg.WorkspaceDir != "" {
+		opts = append(opts, WithBind(cfg.WorkspaceDir, WorkspacePath, true))
+	} else {
+		opts = append(opts, WithTmpfs(WorkspacePath, cfg.WorkspaceSize))
+	}
+	if cfg.BridgeDir != "" {
+		opts = append(opts, WithBind(cfg.BridgeDir, BridgeMountPoint, false))
+	}
+	return NewSpec(opts...)
+}
+
+// Sandbox is one running sandbox whose init process is the agent.
+type Sandbox struct {
+	id      string
+	rt      *Runtime
+	c       *libcontainer.Container
+	proc    *libcontainer.Process
+	client  *kernel.Client
+	hello   *kernel.Hello
+	stderr  *boundedBuffer
+	started time.Time
+
+	exited chan struct{} // closed when the init process has been reaped
+	state  *os.ProcessState
+
+	onDestroy func()
+
+	mu        sync.Mutex
+	destroyed bool
+	paused    bool
+}
+
+// Start creates a sandbox and waits until its agent says hello.
+func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr error) {
+	var s *Sandbox
+	defer func() {
+		if retErr != nil && s == nil && cfg.OnDestroy != nil {
+			cfg.OnDestroy()
+		}
+	}()
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	id := newID()
+	spec, err := r.spec(id, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
+		CgroupName: id, Spec: spec, NoNewKeyring: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("converting spec of sandbox %s: %w", id, err)
+	}
+	lc.Rlimits = rlimits(spec.Process.Rlimits)
+	c, err := libcontainer.Create(r.root, id, lc)
+	if err != nil {
+		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
+	}
+	s = &Sandbox{id: id, rt: r, c: c, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10}, onDestroy: cfg.OnDestroy}
+	r.track(s)
+	defer func() {
+		if retErr != nil {
+			_ = s.Destroy()
+		}
+	}()
+
+	// fd 3 carries requests to the agent, fd 4 its replies; the agent moves
+	// both out of reach of user code before running anything.
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, err
+	}
+	p := &libcontainer.Process{
+		Args:            spec.Process.Args,
+		Env:             spec.Process.Env,
+		UID:             int(cfg.UID),
+		GID:             int(cfg.UID),
+		Cwd:             spec.Process.Cwd,
+		Stderr:          s.stderr,
+		ExtraFiles:      []*os.File{reqR, repW},
+		Init:            true,
+		NoNewPrivileges: &spec.Process.NoNewPrivileges,
+		Capabilities:    &configs.Capabilities{},
+		Rlimits:         lc.Rlimits,
+	}
+	s.started = time.Now()
+	err = c.Run(p)
+	reqR.Close()
+	repW.Close()
+	if err != nil {
+		reqW.Close()
+		repR.Close()
+		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
+	}
+	s.proc = p
+	go s.wait()
+	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id)})
+	r.log.Debug("sandbox started", "sandbox", id, "elapsed", time.Since(s.started))
+	hello, err := s.client.Hello(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s agent did not start: %w%s", id, err, s.stderrNote())
+	}
+	s.hello = hello
+	return s, nil
+}
+
+func rlimits(in []specs.POSIXRlimit) []configs.Rlimit {
+	out := make([]configs.Rlimit, 0, len(in))
+	for _, l := range in {
+		var t int
+		switch l.Type {
+		case "RLIMIT_NOFILE":
+			t = unix.RLIMIT_NOFILE
+		case "RLIMIT_CORE":
+			t = unix.RLIMIT_CORE
+		case "RLIMIT_FSIZE":
+			t = unix.RLIMIT_FSIZE
+		default:
+			continue
+		}
+		out = append(out, configs.Rlimit{Type: t, Hard: l.Hard, Soft: l.Soft})
+	}
+	return out
+}
+
+func (s *Sandbox) wait() {
+	st, _ := s.proc.Wait()
+	s.state = st
+	close(s.exited)
+	s.client.Close()
+}
+
+func (s *Sandbox) stderrNote() string {
+	if b := s.stderr.String(); b != "" {
+		return "; agent stderr: " + b
+	}
+	return ""
+}
+
+// ID is the sandbox's unique id (also its container id).
+func (s *Sandbox) ID() string { return s.id }
+
+// Hello is what the agent reported at start.
+func (s *Sandbox) Hello() *kernel.Hello { return s.hello }
+
+// Pid is the host pid of the agent.
+func (s *Sandbox) Pid() int {
+	pid, _ := s.proc.Pid()
+	return pid
+}
+
+// Client is the agent connection, for operations other than Exec.
+func (s *Sandbox) Client() *kernel.Client { return s.client }
+
+// Alive reports whether the agent process is still running.
+func (s *Sandbox) Alive() bool {
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Pause freezes every process of the sandbox.
+func (s *Sandbox) Pause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return ErrClosed
+	}
+	if err := s.c.Pause(); err != nil {
+		return fmt.Errorf("pausing sandbox %s: %w", s.id, err)
+	}
+	s.paused = true
+	return nil
+}
+
+// Resume thaws the sandbox.
+func (s *Sandbox) Resume() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return ErrClosed
+	}
+	if err := s.c.Resume(); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", s.id, err)
+	}
+	s.paused = false
+	return nil
+}
+
+// SetLimits applies new cgroup limits to the running sandbox.
+func (s *Sandbox) SetLimits(l cgroups.Limits) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	cfg := s.c.Config()
+	res := *cfg.Cgroups.Resources
+	l.ApplyTo(&res)
+	res.SkipDevices = true
+	cg := *cfg.Cgroups
+	cg.Resources = &res
+	cfg.Cgroups = &cg
+	if err := s.c.Set(cfg); err != nil {
+		return fmt.Errorf("setting limits of sandbox %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// Usage reads the sandbox's cgroup counters.
+func (s *Sandbox) Usage() (cgroups.Usage, error) {
+	st, err := s.c.State()
+	if err != nil {
+		return cgroups.Usage{}, err
+	}
+	cfg := s.c.Config()
+	m, err := manager.NewWithPaths(cfg.Cgroups, st.CgroupPaths)
+	if err != nil {
+		return cgroups.Usage{}, err
+	}
+	return cgroups.ReadUsage(m)
+}
+
+// Kill SIGKILLs every process of the sandbox and waits until init is reaped.
+func (s *Sandbox) Kill() {
+	if !s.Alive() {
+		return
+	}
+	if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+		s.rt.log.Debug("killing sandbox", "sandbox", s.id, "err", err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		s.rt.log.Warn("sandbox init not reaped 5s after SIGKILL", "sandbox", s.id)
+	}
+}
+
+// Interrupt sends SIGINT to the agent: running code gets KeyboardInterrupt.
+func (s *Sandbox) Interrupt() error {
+	return s.c.Signal(unix.SIGINT)
+}
+
+// ExitStatus returns the agent's exit code (128+signal when killed), once it exited.
+func (s *Sandbox) ExitStatus() (int, bool) {
+	select {
+	case <-s.exited:
+	default:
+		return 0, false
+	}
+	if s.state == nil {
+		return -1, true
+	}
+	ws, ok := s.state.Sys().(syscall.WaitStatus)
+	if !ok {
+		return s.state.ExitCode(), true
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), true
+	}
+	return ws.ExitStatus(), true
+}
+
+// Destroy kills the sandbox and removes its cgroup and state. Safe to call
+// more than once.
+func (s *Sandbox) Destroy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return nil
+	}
+	s.destroyed = true
+	if s.proc != nil {
+		s.Kill()
+	} else {
+		_ = s.c.Signal(unix.SIGKILL)
+	}
+	if s.client != nil {
+		s.client.Close()
+	}
+	defer s.rt.untrack(s)
+	if s.onDestroy != nil {
+		defer s.onDestroy()
+	}
+	if err := s.c.Destroy(); err != nil {
+		return fmt.Errorf("destroying sandbox %s: %w", s.id, err)
+	}
+	s.rt.log.Debug("sandbox destroyed", "sandbox", s.id)
+	return nil
+}
+
+// boundedBuffer keeps the first max bytes written to it (the agent's own
+// stderr, for diagnostics) and discards the rest.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	max int
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (b *boundedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var _ io.Writer = (*boundedBuffer)(nil)
+
+// MemoryCurrent is the sandbox's current memory charge in bytes.
+func (s *Sandbox) MemoryCurrent() (uint64, error) {
+	st, err := s.c.Stats()
+	if err != nil {
+		return 0, err
+	}
+	if st.CgroupStats == nil {
+		return 0, errors.New("no cgroup stats")
+	}
+	return st.CgroupStats.MemoryStats.Usage.Usage, nil
+}
