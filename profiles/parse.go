@@ -16,6 +16,9 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// maxErrors bounds the errors reported for one document.
+const maxErrors = 50
+
 // maxNodes bounds the work one document may cause; aliases can otherwise
 // make a small file expand into a huge walk ("billion laughs").
 const maxNodes = 100_000
@@ -109,6 +112,9 @@ func decodeYAML(c *Config, data []byte, env func(string) (string, bool)) error {
 		root = root.Content[0]
 	}
 	w.decode(root, reflect.ValueOf(c).Elem(), "")
+	if w.dropped > 0 {
+		w.errs = append(w.errs, fmt.Errorf("%w: and %d more errors", ErrInvalidValue, w.dropped))
+	}
 	return errors.Join(w.errs...)
 }
 
@@ -118,11 +124,17 @@ type walker struct {
 	env    func(string) (string, bool)
 	errs   []error
 	budget int
+	// dropped counts errors beyond maxErrors.
+	dropped int
 }
 
 func (w *walker) fail(path string, n *yaml.Node, err error) {
 	if path == "" {
 		path = "(top level)"
+	}
+	if len(w.errs) >= maxErrors {
+		w.dropped++
+		return
 	}
 	w.errs = append(w.errs, &FieldError{Path: path, Line: n.Line, Err: err})
 }

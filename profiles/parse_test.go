@@ -2,6 +2,7 @@ package profiles
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -258,5 +259,33 @@ func TestDefaultStateDir(t *testing.T) {
 		if got != tt.want {
 			t.Errorf("DefaultStateDir(%d, %v): got %v, want %v", tt.euid, tt.env, got, tt.want)
 		}
+	}
+}
+
+func TestParseErrorCap(t *testing.T) {
+	in := "mcp_tools:\n" + strings.Repeat("  x: {command: y}\n", 200)
+	_, err := Parse([]byte(in), nil)
+	if got := len(err.(interface{ Unwrap() []error }).Unwrap()); got != maxErrors+1 {
+		t.Errorf("got %v errors, want %v", got, maxErrors+1)
+	}
+	if !strings.Contains(err.Error(), "and 149 more errors") {
+		t.Errorf("got %v, want a count of the errors left out", err)
+	}
+}
+
+func TestAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("x0: &a0 [" + strings.Repeat("v,", 9) + "v]\n")
+	for i := 1; i < 9; i++ {
+		fmt.Fprintf(&b, "x%d: &a%d [%s*a%d]\n", i, i, strings.Repeat(fmt.Sprintf("*a%d,", i-1), 9), i-1)
+	}
+	b.WriteString("pool:\n  warm_modules: *a8\n")
+	start := time.Now()
+	_, err := Parse([]byte(b.String()), nil)
+	if err == nil {
+		t.Fatal("got nil, want errors")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v, want well under 5s", d)
 	}
 }

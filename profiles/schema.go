@@ -136,7 +136,8 @@ Values are taken, highest precedence first, from:
    The ` + "`mcp_tools`" + ` and ` + "`profiles`" + ` maps can only be set in the file.
 2. The configuration file. Any value may reference environment variables as ` + "`${VAR}`" + ` or
    ` + "`${VAR:-default}`" + ` (` + "`$$`" + ` is a literal ` + "`$`" + `); an unset variable without a default is an error.
-   Unknown keys are errors.
+   Variables are substituted into values after parsing, so they cannot change the file's structure;
+   inside a flow mapping (` + "`{...}`" + `) quote the value: ` + "`{name: \"${NAME}\"}`" + `. Unknown keys are errors.
 3. The built-in defaults below (profiles/defaults.yaml).
 
 Sizes are bytes, or a number with a binary unit: ` + "`1024k`, `512m`, `2g`" + `. Durations are written

@@ -21,6 +21,8 @@ import (
 	dockerarchive "go.podman.io/image/v5/docker/archive"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/image"
+	ociarchive "go.podman.io/image/v5/oci/archive"
+	ocilayout "go.podman.io/image/v5/oci/layout"
 	istorage "go.podman.io/image/v5/storage"
 	"go.podman.io/image/v5/types"
 	"go.podman.io/storage"
@@ -46,6 +48,12 @@ func (s *Store) Pull(ctx context.Context, ref string) (*Image, error) {
 	}
 	start := time.Now()
 	isDocker := srcRef.Transport().Name() == "docker"
+	if !isDocker {
+		path, _, _ := strings.Cut(srcRef.StringWithinTransport(), ":")
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("importing %s: %w: %w", ref, ErrImageNotFound, err)
+		}
+	}
 	names := s.namesFor(srcRef)
 	if isDocker && len(names) > 0 {
 		if img, err := s.store.Image(names[0]); err == nil {
@@ -335,7 +343,9 @@ func classifyPullError(srcRef types.ImageReference, ref string, err error) error
 		}
 		return fmt.Errorf("pulling %s: %w", ref, err)
 	}
-	if errors.Is(err, fs.ErrNotExist) {
+	var layoutNotFound ocilayout.ImageNotFoundError
+	var archiveNotFound ociarchive.ImageNotFoundError
+	if errors.Is(err, fs.ErrNotExist) || errors.As(err, &layoutNotFound) || errors.As(err, &archiveNotFound) {
 		return fmt.Errorf("importing %s: %w: %w", ref, ErrImageNotFound, err)
 	}
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, context.DeadlineExceeded) {

@@ -20,6 +20,13 @@ var transports = map[string]types.ImageTransport{
 	"docker-archive": dockerarchive.Transport,
 }
 
+// otherTransports are containers/image transports forge does not accept;
+// their names would otherwise read as registry names ("dir:foo").
+var otherTransports = map[string]bool{
+	"containers-storage": true, "dir": true, "docker-daemon": true, "sif": true,
+	"tarball": true, "ostree": true,
+}
+
 // ParseReference parses a containers/image reference in one of the forms
 // forge accepts: docker://NAME[:TAG|@DIGEST], oci:DIR[:TAG],
 // oci-archive:FILE[:TAG], docker-archive:FILE[:NAME:TAG]. Errors are
@@ -51,6 +58,8 @@ func ParseReference(ref string) (types.ImageReference, error) {
 func refErrorFor(ref, transport string, hasColon bool) *RefError {
 	e := &RefError{Ref: ref}
 	switch {
+	case otherTransports[transport]:
+		e.Reason = fmt.Sprintf("unknown or unsupported transport %q", transport)
 	case looksLikePath(ref):
 		e.Reason = "a file or directory needs a transport"
 		e.Suggestion = "oci-archive:" + ref

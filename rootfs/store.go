@@ -183,17 +183,14 @@ func makeSkeleton(dir string) error {
 	return os.Chmod(filepath.Join(dir, "tmp"), 0o777|os.ModeSticky)
 }
 
-// systemContext keeps every temp file and cache under StateDir, and keeps
-// registries.conf / registries.d of the host from changing what docker://
-// means.
+// systemContext keeps every temp file and cache under StateDir. The host's
+// registries.conf (mirrors, insecure registries) and auth files are still
+// read if present: they describe how this host reaches registries.
 func (s *Store) systemContext() *types.SystemContext {
 	return &types.SystemContext{
-		BigFilesTemporaryDir:        s.tmpDir,
-		BlobInfoCacheDir:            filepath.Join(s.stateDir, "cache"),
-		SystemRegistriesConfPath:    filepath.Join(s.stateDir, "registries.conf"),
-		SystemRegistriesConfDirPath: filepath.Join(s.stateDir, "registries.conf.d"),
-		RegistriesDirPath:           filepath.Join(s.stateDir, "registries.d"),
-		OSChoice:                    "linux",
+		BigFilesTemporaryDir: s.tmpDir,
+		BlobInfoCacheDir:     filepath.Join(s.stateDir, "cache"),
+		OSChoice:             "linux",
 	}
 }
 

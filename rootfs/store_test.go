@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/testutil"
+	"go.podman.io/image/v5/copy"
+	dockerarchive "go.podman.io/image/v5/docker/archive"
 	"go.podman.io/storage/pkg/reexec"
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +65,24 @@ func assertNoMounts(t testing.TB, dir string) {
 	}
 	if len(mps) > 0 {
 		t.Errorf("mounts left under %s: %v", dir, mps)
+	}
+}
+
+// assertNoImageMounts checks that no layer is mounted (the store's home
+// itself stays a mount while it is open).
+func assertNoImageMounts(t testing.TB, s *Store) {
+	t.Helper()
+	mps, _ := mountsUnder(filepath.Join(s.stateDir, "storage"))
+	for _, mp := range mps {
+		if mp != filepath.Join(s.stateDir, "storage", "overlay") {
+			t.Errorf("layer still mounted: %s", mp)
+		}
+	}
+	layers, _ := s.store.Layers()
+	for _, l := range layers {
+		if l.MountCount != 0 {
+			t.Errorf("layer %s has mount count %d", l.ID, l.MountCount)
+		}
 	}
 }
 
@@ -229,10 +249,14 @@ func TestImportTwiceIsNoop(t *testing.T) {
 	}
 	t.Logf("import of a present image: %v", elapsed)
 
-	// Another name for the same image is added, not copied.
-	third, err := s.Pull(ctx, "oci:"+layout+":forge/alias:2")
-	if err != nil || third.ID != first.ID || len(third.Names) != 2 {
-		t.Errorf("import under a second name: got %+v, %v", third, err)
+	// A tag the layout does not have.
+	if _, err := s.Pull(ctx, "oci:"+layout+":forge/alias:2"); !errors.Is(err, ErrImageNotFound) {
+		t.Errorf("import of a missing tag: got %v, want ErrImageNotFound", err)
+	}
+	// An image with a second name (e.g. the same archive imported under
+	// another tag).
+	if err := s.addNames(first.ID, []string{"forge/alias:2"}); err != nil {
+		t.Fatal(err)
 	}
 	// Removing one of two names only untags.
 	if err := s.Remove(ctx, "forge/alias:2"); err != nil {
@@ -369,12 +393,23 @@ func TestBaseImage(t *testing.T) {
 	layout := testutil.BaseImageLayout(t, DefaultImage)
 	s := openStore(t, newStateDir(t))
 	ctx := context.Background()
+	// Bootstrap reuses the cached layout and imports it as
+	// oci:LAYOUT:forge/python:3.11.
 	start := time.Now()
-	img, err := s.Pull(ctx, "oci:"+layout) // named by the layout's ref.name
+	img, err := s.Bootstrap(ctx, BootstrapOptions{CacheDir: filepath.Dir(filepath.Dir(layout))})
 	if err != nil {
-		t.Fatalf("Pull: %v", err)
+		t.Fatalf("Bootstrap: %v", err)
 	}
-	t.Logf("cold import of %s: %v", DefaultImage, time.Since(start))
+	t.Logf("Bootstrap from the cached layout (cold import): %v", time.Since(start))
+	if len(img.Names) != 1 || img.Names[0] != DefaultImage {
+		t.Errorf("names: got %v, want [%s]", img.Names, DefaultImage)
+	}
+	start = time.Now()
+	again, err := s.Pull(ctx, "oci:"+layout) // named by the layout's ref.name
+	if err != nil || again.ID != img.ID {
+		t.Fatalf("Pull of the present image: got %+v, %v", again, err)
+	}
+	t.Logf("import of the present image: %v", time.Since(start))
 	if img.Labels["forge.python.version"] != "3.11" {
 		t.Errorf("labels: got %v", img.Labels)
 	}
@@ -401,6 +436,67 @@ func TestBaseImage(t *testing.T) {
 	passwd, _ := os.ReadFile(filepath.Join(r.Path(), "etc/passwd"))
 	if !strings.Contains(string(passwd), ":1000:1000:") {
 		t.Errorf("no uid 1000 in /etc/passwd")
+	}
+}
+
+// TestDataImage checks the data image's packages import in its rootfs.
+func TestDataImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("imports a 350 MB image")
+	}
+	layout := testutil.BaseImageLayout(t, DefaultDataImage)
+	s := openStore(t, newStateDir(t))
+	ctx := context.Background()
+	start := time.Now()
+	if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
+		t.Fatalf("Pull: %v", err)
+	}
+	t.Logf("cold import of %s: %v", DefaultDataImage, time.Since(start))
+	r, err := s.Acquire(ctx, DefaultDataImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	// matplotlib needs a writable /tmp, a tmpfs in every sandbox: mount one
+	// in a private mount namespace.
+	script := `mount -t tmpfs tmpfs "$0/tmp" && exec chroot --userspec=1000:1000 "$0" /usr/bin/python3 -c "$1"`
+	out, err := exec.Command("unshare", "-m", "sh", "-c", script, r.Path(),
+		"import numpy, pandas, matplotlib; print(numpy.arange(3).sum())").CombinedOutput()
+	if lines := strings.Fields(string(out)); err != nil || len(lines) == 0 || lines[len(lines)-1] != "3" {
+		t.Errorf("python3 with numpy, pandas, matplotlib: got %q, %v", out, err)
+	}
+}
+
+// TestDockerArchiveNames imports a docker-archive whose repo tag names the
+// image as a registry image, found then by docker:// and bare names.
+func TestDockerArchiveNames(t *testing.T) {
+	layout := writeTestLayout(t, "forge/test:1", "hello\n")
+	s := openStore(t, newStateDir(t))
+	ctx := context.Background()
+	archive := filepath.Join(t.TempDir(), "img.tar")
+	src, _ := ParseReference("oci:" + layout)
+	dst, err := dockerarchive.ParseReference(archive + ":python:3.12-slim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := copy.Image(ctx, s.policy, dst, src, &copy.Options{}); err != nil {
+		t.Fatalf("writing a docker archive: %v", err)
+	}
+	img, err := s.Pull(ctx, "docker-archive:"+archive)
+	if err != nil {
+		t.Fatalf("Pull: %v", err)
+	}
+	if want := "docker.io/library/python:3.12-slim"; len(img.Names) != 1 || img.Names[0] != want {
+		t.Errorf("names: got %v, want [%s]", img.Names, want)
+	}
+	for _, name := range []string{"docker://python:3.12-slim", "python:3.12-slim", "docker.io/library/python:3.12-slim"} {
+		if got, err := s.Lookup(ctx, name); err != nil || got.ID != img.ID {
+			t.Errorf("Lookup(%q): got %v, %v", name, got, err)
+		}
+	}
+	// Present under that name: docker:// does not go to the network.
+	if got, err := s.Pull(ctx, "docker://python:3.12-slim"); err != nil || got.ID != img.ID {
+		t.Errorf("Pull of a present docker:// name: got %v, %v", got, err)
 	}
 }
 
@@ -502,7 +598,8 @@ func TestCrashRecovery(t *testing.T) {
 	if len(rep.DeadProcesses) != 1 || rep.ImageMounts != 1 {
 		t.Errorf("report: got %+v, want one dead process and one image mount given back", rep)
 	}
-	assertNoMounts(t, stateDir)
+	assertNoMounts(t, filepath.Join(stateDir, "run"))
+	assertNoImageMounts(t, s)
 	if _, err := os.Stat(filepath.Dir(filepath.Dir(helperPath))); !os.IsNotExist(err) {
 		t.Errorf("run dir of the dead process: %v, want it gone", err)
 	}
@@ -541,7 +638,8 @@ func TestOpenRecovers(t *testing.T) {
 	cmd.Process.Signal(unix.SIGKILL)
 	cmd.Wait()
 	s = openStore(t, stateDir) // repairs
-	assertNoMounts(t, stateDir)
+	assertNoMounts(t, filepath.Join(stateDir, "run"))
+	assertNoImageMounts(t, s)
 	entries, _ := os.ReadDir(filepath.Join(stateDir, "run"))
 	for _, e := range entries {
 		if e.Name() == itoa(cmd.Process.Pid) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,8 @@ import (
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
-	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/seccomp"
 	"github.com/mcp-forge/forge/server/audit"
@@ -56,6 +57,9 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	cfg := opts.Config
 	if cfg == nil {
 		cfg = profiles.Default()
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = profiles.DefaultStateDir(os.Geteuid(), os.Getenv)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -143,6 +143,8 @@ class _Capture:
     def _read(self, fd):
         size = os.fstat(fd).st_size
         data = os.pread(fd, min(size, self.cap), 0) if size else b""
+        if size > self.cap:
+            data = _trim_partial_utf8(data)
         return data.decode("utf-8", errors="replace"), size > self.cap
 
     @staticmethod
@@ -157,6 +159,17 @@ class _Capture:
                             os.ftruncate(fd, _Capture.cap + 1)
                     except OSError:
                         pass
+
+
+def _trim_partial_utf8(data):
+    """Drops a multi-byte character that the cap cut in half (it would decode as U+FFFD)."""
+    for k in range(1, min(4, len(data)) + 1):
+        b = data[-k]
+        if b & 0xC0 == 0x80:
+            continue  # continuation byte: look further back for the lead byte
+        need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
+        return data[:-k] if need > k else data
+    return data
 
 
 # ---------------------------------------------------------------- values and rich display
@@ -654,9 +667,47 @@ def _modules():
     return found
 
 
+def _reap_as_init():
+    """As pid 1 of the sandbox the agent would inherit every orphaned process and must reap it,
+    but waiting for any child would steal exit statuses from subprocess. So pid 1 forks: the
+    parent only reaps and forwards signals (the host's SIGINT included), the child is the agent.
+    When the agent exits, so does pid 1, and the kernel kills whatever is left."""
+    if os.getpid() != 1:
+        return
+    child = os.fork()
+    if child == 0:
+        return
+    os.close(REQ_FD)  # the host must see EOF on the replies when the agent dies
+    os.close(REP_FD)
+
+    def forward(signum, frame):
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(1)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+
+
 def main():
+    global _agent_pid
+    _reap_as_init()
+    _agent_pid = os.getpid()
     _setup_fds()
     sys.modules["__main__"] = _main
+    import builtins
+
+    builtins.display = display  # so modules the user imports can call it too, as in Jupyter
     signal.signal(signal.SIGINT, _sigint)
     if "" not in sys.path:
         sys.path.insert(0, "")  # like Jupyter: modules in the working directory import

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +26,11 @@ type agent struct {
 }
 
 func startAgent(tb testing.TB) *agent {
+	tb.Helper()
+	return startAgentWith(tb, nil)
+}
+
+func startAgentWith(tb testing.TB, attr *syscall.SysProcAttr) *agent {
 	tb.Helper()
 	if _, err := os.Stat(hostPython); err != nil {
 		tb.Skipf("needs %s: %v", hostPython, err)
@@ -46,6 +52,7 @@ func startAgent(tb testing.TB) *agent {
 	cmd := exec.Command(hostPython, argv[1:]...)
 	cmd.ExtraFiles = []*os.File{reqR, repW} // fd 3, fd 4
 	cmd.Dir = dir
+	cmd.SysProcAttr = attr
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir, "LANG=C.UTF-8", "MPLBACKEND=Agg"}
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
@@ -136,6 +143,11 @@ func TestExec(t *testing.T) {
 				t.Errorf("got truncated=%v len(stdout)=%d, want true and %d", r.Truncated, len(r.Stdout), DefaultOutputLimit)
 			}
 		}},
+		{"cap does not split a character", "print('€' * 400_000, end='')", func(t *testing.T, r *Result) {
+			if !r.Truncated || !strings.HasSuffix(r.Stdout, "€") || strings.ContainsRune(r.Stdout, '\uFFFD') {
+				t.Errorf("got truncated=%v and a stdout ending %q, want whole euro signs", r.Truncated, r.Stdout[len(r.Stdout)-6:])
+			}
+		}},
 		{"syntax error", "x = 1\ny = (1 +* 2)", func(t *testing.T, r *Result) {
 			want := &ExecError{Type: "SyntaxError", Message: "invalid syntax (line 2, column 9)", Line: 2, Column: 9}
 			if diff := cmp.Diff(want, r.Error, ignoreTraceback); diff != "" || r.Success {
@@ -165,6 +177,23 @@ func TestExec(t *testing.T) {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
 		}},
+		{"last expression with a rich repr", "class H:\n  def _repr_html_(self): return '<i>h</i>'\n  def __repr__(self): return 'H()'\nH()", func(t *testing.T, r *Result) {
+			wantResult("H()")(t, r)
+			if diff := cmp.Diff([]Display{{"text/html", "<i>h</i>"}}, r.Display); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		}},
+		// matplotlib is not on the host: a stand-in pyplot exercises the figure capture.
+		{"open figures become images", fakePyplot + "plt.figure(1)\nplt.figure(2)\nprint(plt.get_fignums())", func(t *testing.T, r *Result) {
+			wantOutput("[1, 2]\n", "")(t, r)
+			want := []Display{{"image/png", "cG5nMQ=="}, {"image/png", "cG5nMg=="}}
+			if diff := cmp.Diff(want, r.Display); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+			if r2 := a.exec(t, "plt.get_fignums()"); cmp.Diff([]any{}, r2.Result) != "" {
+				t.Errorf("figures left open: %#v", r2.Result)
+			}
+		}},
 		{"fork child does not answer", "import os\nif os.fork() == 0:\n  print('child')\nelse:\n  os.wait()", wantOutput("child\n", "")},
 		{"fds 3 and 4 are not inherited", "import subprocess, sys\nprint(os.readlink('/proc/self/fd/0'))\nsubprocess.run([sys.executable, '-c', 'import os; print(sorted(os.listdir(\"/proc/self/fd\")))'])\nNone",
 			wantOutput("/dev/null\n['0', '1', '2', '3']\n", "")},
@@ -183,6 +212,18 @@ func TestExec(t *testing.T) {
 		t.Fatalf("ping after the table: %v", err)
 	}
 }
+
+const fakePyplot = `import sys, types
+plt = types.ModuleType("matplotlib.pyplot")
+class Figure:
+    def __init__(self, n): self.n = n
+    def savefig(self, f, format, dpi, bbox_inches): f.write(b"png%d" % self.n)
+figs = {}
+plt.figure = lambda n: figs.setdefault(n, Figure(n))
+plt.get_fignums = lambda: sorted(figs)
+plt.close = lambda fig: figs.pop(fig.n)
+sys.modules["matplotlib.pyplot"] = plt
+`
 
 var ignoreTraceback = cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Traceback" }, cmp.Ignore())
 
@@ -253,6 +294,64 @@ func TestInterrupt(t *testing.T) {
 	if err := a.c.Ping(context.Background()); err != nil {
 		t.Fatalf("ping after idle SIGINT: %v", err)
 	}
+}
+
+// TestAgentAsInit runs the agent as pid 1 of a new pid namespace, as in a sandbox: orphans must
+// be reaped and a SIGINT to pid 1 must reach the agent.
+func TestAgentAsInit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a new pid namespace")
+	}
+	a := startAgentWith(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID})
+	h, _ := a.c.Hello(context.Background())
+	if h.PID != 2 {
+		t.Errorf("agent pid %d, want 2 (pid 1 reaps)", h.PID)
+	}
+	a.exec(t, "import os\nfor _ in range(5):\n  os.system('sleep 0.05 &')")
+	deadline := time.Now().Add(5 * time.Second)
+	for len(childrenOf(t, a.cmd.Process.Pid)) > 1 && time.Now().Before(deadline) {
+		a.exec(t, "import time\ntime.sleep(0.05)")
+	}
+	if kids := childrenOf(t, a.cmd.Process.Pid); len(kids) != 1 {
+		t.Errorf("pid 1 has children %v, want only the agent", kids)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	res, err := a.c.Exec(ctx, ExecRequest{Code: "while True: pass", Interrupt: sigint(a), InterruptGrace: 5 * time.Second})
+	if !errors.Is(err, ErrTimeout) || res == nil || res.Error == nil || res.Error.Type != "KeyboardInterrupt" {
+		t.Fatalf("got %+v, %v, want a KeyboardInterrupt result", res, err)
+	}
+	if _, err := a.c.Exec(context.Background(), ExecRequest{Code: "import os\nos._exit(3)"}); !errors.Is(err, ErrAgentExited) {
+		t.Fatalf("got %v, want ErrAgentExited", err)
+	}
+	if err := a.cmd.Wait(); err == nil || a.cmd.ProcessState.ExitCode() != 3 {
+		t.Errorf("pid 1 exited with %v, want exit status 3", err)
+	}
+}
+
+// childrenOf lists the host pids whose parent is pid, with their state.
+func childrenOf(t *testing.T, pid int) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []string
+	for _, e := range entries {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, e.Name()+":"+f[0])
+		}
+	}
+	return kids
 }
 
 func TestTimeoutThenLateReply(t *testing.T) {

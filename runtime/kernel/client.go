@@ -23,6 +23,9 @@ const (
 	// jsonExpansion is the worst-case growth of captured output when the agent encodes it:
 	// a control byte becomes \u00XX.
 	jsonExpansion = 6
+	// DefaultInterruptGrace is how long Exec waits for an interrupted cell's reply when
+	// ExecRequest.InterruptGrace is zero.
+	DefaultInterruptGrace = time.Second
 	// maxAbandoned bounds requests whose replies are still to be skipped after timeouts.
 	maxAbandoned = 16
 )
@@ -106,7 +109,7 @@ func (c *Client) readLoop() {
 }
 
 // readLine returns the next line without its newline, never buffering more than max bytes.
-func readLine(br *bufio.Reader, max int) ([]byte, error) {
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
 	var line []byte
 	for {
 		frag, err := br.ReadSlice('\n')
@@ -114,8 +117,8 @@ func readLine(br *bufio.Reader, max int) ([]byte, error) {
 		if err == nil {
 			n-- // the newline
 		}
-		if len(line)+n > max {
-			return nil, protocolErrorf(nil, "reply line longer than %d bytes", max)
+		if len(line)+n > limit {
+			return nil, protocolErrorf(nil, "reply line longer than %d bytes", limit)
 		}
 		switch {
 		case err == nil:
@@ -344,6 +347,9 @@ func (c *Client) awaitLocked(ctx context.Context, id uint64, interrupt func() er
 				c.log.Debug("interrupting agent", "id", id)
 				if err := interrupt(); err == nil {
 					interrupt = nil
+					if grace <= 0 {
+						grace = DefaultInterruptGrace
+					}
 					t := time.NewTimer(grace)
 					defer t.Stop()
 					expired, graceOver = nil, t.C

@@ -16,8 +16,13 @@
 // as untrusted, and any malformed reply breaks the client for good (the host then kills the
 // sandbox).
 //
+// As pid 1 of its pid namespace the agent forks once: pid 1 only reaps orphaned processes (so
+// zombies of background jobs do not pile up against pids.max) and forwards SIGINT, SIGTERM,
+// SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the agent, which runs as pid 2 (Hello.PID). When the
+// agent exits, pid 1 exits with its status and the kernel kills the rest of the sandbox.
+//
 // Interrupts are not requests (the agent's only thread is busy running the code): the host
-// sends SIGINT to the agent process. During an exec that raises KeyboardInterrupt in the user's
+// sends SIGINT to the sandbox's init process (ExecRequest.Interrupt). During an exec that raises KeyboardInterrupt in the user's
 // code, which the agent reports as an error of type KeyboardInterrupt, and the agent survives.
 // Between requests the agent ignores SIGINT. Code blocked in os.system() does not see SIGINT
 // (system(3) ignores it in the caller); the host's SIGKILL on the wall-clock timeout covers that.

@@ -168,8 +168,8 @@ func (p *Pool) take() *slot {
 // wakeUp resumes a paused sandbox and pings its agent: a sandbox killed
 // while frozen only dies once thawed, so liveness is checked after resume.
 func (p *Pool) wakeUp(ctx context.Context, sb *sandbox.Sandbox) error {
-	if !sb.Alive() {
-		return errors.New("agent exited while paused")
+	if err := sb.Healthy(); err != nil {
+		return err
 	}
 	if err := sb.Resume(); err != nil {
 		return err

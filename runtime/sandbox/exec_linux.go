@@ -84,7 +84,7 @@ func (s *Sandbox) finish(res *kernel.Result, elapsed time.Duration, opts ExecOpt
 		res.ExitCode = 1
 		if res.Error == nil || res.Error.Type == "KeyboardInterrupt" {
 			res.Error = &kernel.ExecError{Type: "TimeoutError",
-				Message: fmt.Sprintf("execution exceeded the time limit of %s and was interrupted; the session's namespace is kept", opts.Timeout),
+				Message:   fmt.Sprintf("execution exceeded the time limit of %s and was interrupted; the session's namespace is kept", opts.Timeout),
 				Traceback: tracebackOf(res.Error)}
 		}
 	case res.OOMKilled:

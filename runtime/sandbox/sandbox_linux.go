@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -585,4 +587,51 @@ func (s *Sandbox) MemoryCurrent() (uint64, error) {
 		return 0, errors.New("no cgroup stats")
 	}
 	return st.CgroupStats.MemoryStats.Usage.Usage, nil
+}
+
+// Healthy reports whether every process of the sandbox is alive and none
+// has a fatal signal pending. A sandbox killed from outside while frozen
+// only dies once thawed; this tells it apart before anyone resumes it.
+func (s *Sandbox) Healthy() error {
+	if !s.Alive() {
+		return errors.New("agent exited")
+	}
+	pids, err := s.c.Processes()
+	if err != nil {
+		return fmt.Errorf("listing processes: %w", err)
+	}
+	if len(pids) < 2 {
+		return fmt.Errorf("%d processes, want the reaper and the agent", len(pids))
+	}
+	for _, pid := range pids {
+		if err := procHealthy(pid); err != nil {
+			return fmt.Errorf("pid %d: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+// procHealthy reads /proc/PID/status: a zombie, or SIGKILL pending for the
+// thread or the process, means it is dead or dying.
+func procHealthy(pid int) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
+				return fmt.Errorf("state %s", v)
+			}
+		case "SigPnd", "ShdPnd":
+			mask, err := strconv.ParseUint(v, 16, 64)
+			if err == nil && mask&(1<<(uint(unix.SIGKILL)-1)) != 0 {
+				return errors.New("SIGKILL pending")
+			}
+		}
+	}
+	return nil
 }

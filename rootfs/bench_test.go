@@ -1,0 +1,92 @@
+package rootfs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// BenchmarkImportPresent: Pull of an image that is already in the store.
+func BenchmarkImportPresent(b *testing.B) {
+	layout := writeTestLayout(b, "forge/test:1", "hello\n")
+	s := openStore(b, newStateDir(b))
+	ctx := context.Background()
+	if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAcquireRelease: the first holder mounts, the last unmounts, so
+// every iteration is a full mount and unmount of the shared rootfs.
+func BenchmarkAcquireRelease(b *testing.B) {
+	layout := writeTestLayout(b, "forge/test:1", "hello\n")
+	s := openStore(b, newStateDir(b))
+	ctx := context.Background()
+	if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		r, err := s.Acquire(ctx, "forge/test:1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAcquireShared: Acquire and Release while another holder keeps
+// the mount: the cost every sandbox pays after the first.
+func BenchmarkAcquireShared(b *testing.B) {
+	layout := writeTestLayout(b, "forge/test:1", "hello\n")
+	s := openStore(b, newStateDir(b))
+	ctx := context.Background()
+	if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
+		b.Fatal(err)
+	}
+	keep, err := s.Acquire(ctx, "forge/test:1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer keep.Release()
+	for b.Loop() {
+		r, err := s.Acquire(ctx, "forge/test:1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Release()
+	}
+}
+
+// BenchmarkOverlayMountFloor: a hand-made read-only overlay mount and
+// unmount of two plain directories, the floor for AcquireRelease.
+func BenchmarkOverlayMountFloor(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	dir := b.TempDir()
+	lower1, lower2, mnt := filepath.Join(dir, "l1"), filepath.Join(dir, "l2"), filepath.Join(dir, "mnt")
+	for _, d := range []string{lower1, lower2, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mustWrite(b, filepath.Join(lower2, "etc/hello"), "x")
+	for b.Loop() {
+		if err := mountOverlay(mnt, lower1, lower2); err != nil {
+			b.Fatal(err)
+		}
+		if err := unix.Unmount(mnt, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
