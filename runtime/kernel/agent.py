@@ -608,6 +608,85 @@ def op_restore_state(req):
     return {"restored": restored, "failed": failed}
 
 
+# ---------------------------------------------------------------- workspace files
+
+WORKSPACE = "/workspace"
+
+
+class FileError(Exception):
+    """A refused or failed file operation; reported to the host as type FileError."""
+
+
+def _ws_path(rel):
+    """Resolves a path given relative to /workspace and refuses anything that leaves it:
+    absolute paths, '..' and symlinks pointing outside."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or len(rel) > 4096:
+        raise FileError("path must be a non-empty relative path under /workspace")
+    if rel.startswith("/"):
+        raise FileError("absolute path %r refused: give a path relative to /workspace" % rel[:200])
+    if ".." in rel.split("/"):
+        raise FileError("path %r refused: '..' may not leave /workspace" % rel[:200])
+    real = os.path.realpath(os.path.join(WORKSPACE, rel))
+    if real != WORKSPACE and not real.startswith(WORKSPACE + "/"):
+        raise FileError("path %r refused: it resolves outside /workspace (through a symlink)" % rel[:200])
+    return real
+
+
+def op_write_file(req):
+    path = _ws_path(req.get("path"))
+    try:
+        data = base64.b64decode(req.get("data") or "", validate=True)
+    except (ValueError, TypeError):
+        raise FileError("data is not base64")
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _ws_path(os.path.relpath(os.path.dirname(path), WORKSPACE) if os.path.dirname(path) != WORKSPACE else ".")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise FileError("writing %s: %s" % (req.get("path"), e.strerror or e))
+    return {"size": len(data), "path": path}
+
+
+def op_read_file(req):
+    path = _ws_path(req.get("path"))
+    limit = req.get("max_bytes") or (10 << 20)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            import stat as _stat
+            if not _stat.S_ISREG(st.st_mode):
+                raise FileError("%s is not a regular file" % req.get("path"))
+            if st.st_size > limit:
+                raise FileError("%s is %d bytes, over the limit of %d bytes" % (req.get("path"), st.st_size, limit))
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise FileError("reading %s: %s" % (req.get("path"), e.strerror or e))
+    if len(data) > limit:
+        raise FileError("%s is over the limit of %d bytes" % (req.get("path"), limit))
+    return {"data": base64.b64encode(data).decode("ascii"), "size": len(data), "path": path}
+
+
+def op_list_files(req):
+    files = []
+    for root, dirs, names in os.walk(WORKSPACE):
+        dirs.sort()
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        for n in sorted(names + links):
+            full = os.path.join(root, n)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            files.append({"path": os.path.relpath(full, WORKSPACE), "size": st.st_size,
+                          "symlink": os.path.islink(full)})
+            if len(files) >= 1000:
+                return {"files": files, "truncated": True}
+    return {"files": files}
+
+
 # ---------------------------------------------------------------- main loop
 
 class ProtocolError(Exception):
@@ -621,6 +700,9 @@ OPS = {
     "warm": op_warm,
     "pickle_state": op_pickle_state,
     "restore_state": op_restore_state,
+    "write_file": op_write_file,
+    "read_file": op_read_file,
+    "list_files": op_list_files,
 }
 
 
@@ -646,6 +728,8 @@ def _handle(line):
         reply = op(req)
     except ProtocolError as e:
         return {"id": rid, "ok": False, "error": {"type": "ProtocolError", "message": str(e)}}
+    except FileError as e:
+        return {"id": rid, "ok": False, "error": {"type": "FileError", "message": str(e)}}
     except BaseException as e:  # a bug in the agent, or an interrupt outside user code
         return {"id": rid, "ok": False, "error": {
             "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),

@@ -3,6 +3,7 @@ package kernel
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -418,4 +419,51 @@ func (c *Client) breakLocked(err error) error {
 
 func (c *Client) brokenfLocked(format string, args ...any) error {
 	return c.breakLocked(protocolErrorf(nil, format, args...))
+}
+
+// FileInfo is one entry of a session's /workspace.
+type FileInfo struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	Symlink bool   `json:"symlink"`
+}
+
+// WriteFile writes data to path, relative to /workspace. The agent refuses
+// absolute paths, ".." and symlinks that lead outside /workspace
+// (ErrRequest with type FileError).
+func (c *Client) WriteFile(ctx context.Context, path string, data []byte) error {
+	enc := base64.StdEncoding.EncodeToString(data)
+	_, err := c.roundTrip(ctx, &request{Op: "write_file", Path: path, Data: &enc}, nil, 0)
+	return err
+}
+
+// ReadFile reads path, relative to /workspace, refusing files over maxBytes.
+func (c *Client) ReadFile(ctx context.Context, path string, maxBytes int) ([]byte, error) {
+	rep, err := c.roundTrip(ctx, &request{Op: "read_file", Path: path, MaxBytes: maxBytes}, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	data, err := base64.StdEncoding.DecodeString(rep.Data)
+	if err != nil {
+		return nil, c.brokenf("read_file reply is not base64")
+	}
+	if maxBytes > 0 && len(data) > maxBytes {
+		return nil, c.brokenf("read_file reply over the limit")
+	}
+	return data, nil
+}
+
+// ListFiles lists /workspace.
+func (c *Client) ListFiles(ctx context.Context) ([]FileInfo, error) {
+	rep, err := c.roundTrip(ctx, &request{Op: "list_files"}, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	return rep.Files, nil
+}
+
+func (c *Client) brokenf(format string, args ...any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.brokenfLocked(format, args...)
 }

@@ -16,6 +16,8 @@ type request struct {
 	WarmImports []string `json:"warm_imports,omitempty"`
 	Modules     []string `json:"modules,omitempty"`
 	Path        string   `json:"path,omitempty"`
+	Data        *string  `json:"data,omitempty"`
+	MaxBytes    int      `json:"max_bytes,omitempty"`
 }
 
 // reply is the union of every line the agent sends.
@@ -45,6 +47,9 @@ type reply struct {
 	Saved     []string   `json:"saved"`     // pickle_state
 	Restored  []string   `json:"restored"`  // restore_state
 	Failed    []string   `json:"failed"`    // pickle_state, restore_state
+	Data      string     `json:"data"`      // read_file
+	Size      int64      `json:"size"`      // read_file, write_file
+	Files     []FileInfo `json:"files"`     // list_files
 }
 
 const maxMimeType = 100

@@ -3,6 +3,7 @@ package sandbox_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -293,5 +294,60 @@ func TestPauseResumeAndLimits(t *testing.T) {
 	}
 	if !r.OOMKilled {
 		t.Errorf("a 100m allocation under a 64m limit set after start: oom_killed %v error %+v", r.OOMKilled, r.Error)
+	}
+}
+
+func TestWorkspaceFiles(t *testing.T) {
+	rt, root := setup(t)
+	ctx := context.Background()
+	sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	c := sb.Client()
+	if err := c.WriteFile(ctx, "data/in.csv", []byte("a,b\n1,2\n")); err != nil {
+		t.Fatalf("WriteFile: %v", err)
+	}
+	r, err := sb.Exec(ctx, "import os\nos.symlink('/etc/passwd', '/workspace/link')\nos.symlink('/etc', '/workspace/dirlink')\nopen('data/in.csv').read()", sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil || r.Result != "a,b\n1,2\n" {
+		t.Fatalf("reading the written file inside: %v %+v", err, r)
+	}
+	got, err := c.ReadFile(ctx, "data/in.csv", 1<<20)
+	if err != nil || string(got) != "a,b\n1,2\n" {
+		t.Fatalf("ReadFile = %q, %v", got, err)
+	}
+	for _, bad := range []string{"/etc/passwd", "../etc/passwd", "data/../../etc/passwd", "link", "dirlink/passwd", ""} {
+		if _, err := c.ReadFile(ctx, bad, 1<<20); !errors.Is(err, kernel.ErrRequest) {
+			t.Errorf("ReadFile(%q) = %v, want a refusal", bad, err)
+		}
+		if err := c.WriteFile(ctx, bad, []byte("x")); !errors.Is(err, kernel.ErrRequest) {
+			t.Errorf("WriteFile(%q) = %v, want a refusal", bad, err)
+		}
+	}
+	if _, err := c.ReadFile(ctx, "data/in.csv", 3); err == nil {
+		t.Error("ReadFile over max_bytes succeeded")
+	}
+	files, err := c.ListFiles(ctx)
+	if err != nil || len(files) != 3 {
+		t.Errorf("ListFiles = %+v, %v", files, err)
+	}
+}
+
+func TestWorkspaceQuota(t *testing.T) {
+	rt, root := setup(t)
+	ctx := context.Background()
+	sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits, WorkspaceSize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy()
+	r, err := sb.Exec(ctx, "import errno\ntry:\n    open('/workspace/big','wb').write(b'x' * (16 << 20))\nexcept OSError as e:\n    err = errno.errorcode[e.errno]\nerr", sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil || r.Result != "ENOSPC" {
+		t.Fatalf("writing past the quota: %v result %v error %+v", err, r.Result, r.Error)
+	}
+	r, _ = sb.Exec(ctx, "print('still alive')", sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if r.Stdout != "still alive\n" {
+		t.Errorf("after ENOSPC: %+v", r)
 	}
 }

@@ -1,0 +1,294 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/kernel"
+)
+
+const toolExecute = "execute_python"
+
+// executeTool declares execute_python with the limits of cfg in its
+// description and input schema.
+func executeTool(cfg *profiles.Config) mcp.Tool {
+	t := mcp.NewToolWithRawSchema(toolExecute, toolDescription(cfg), inputSchema(cfg))
+	t.Title = "Run Python in a sandbox"
+	t.RawOutputSchema = outputSchema
+	f := false
+	t.Annotations = mcp.ToolAnnotation{
+		Title: "Run Python in a sandbox",
+		// The code may write files in its sandbox and, with sessions, change
+		// state that later calls see: not read-only.
+		ReadOnlyHint: &f,
+		// Nothing outside the sandbox is touched.
+		DestructiveHint: &f,
+		// Code may be random, time-dependent or stateful.
+		IdempotentHint: &f,
+		// Sandboxes have no network (loopback only).
+		OpenWorldHint: &f,
+	}
+	return t
+}
+
+func toolDescription(cfg *profiles.Config) string {
+	x := cfg.Execution
+	var b strings.Builder
+	b.WriteString("Run Python 3 code in a fresh, isolated sandbox and get back its stdout, stderr, the value of the last expression, rich displays (matplotlib figures and display() output come back as images) and any error with its traceback.\n\n")
+	b.WriteString("Each call without session_id is stateless: a new interpreter, nothing kept afterwards. ")
+	b.WriteString("The sandbox has no network access and a read-only filesystem except /tmp. ")
+	fmt.Fprintf(&b, "Limits in force: timeout %s by default, at most %s; memory %s by default, at most %s; CPUs %g by default, at most %g; at most %d processes; code up to %s; stdout and stderr are each cut at %s.\n",
+		x.DefaultTimeout, x.MaxTimeout, x.DefaultMemory, x.MaxMemory, x.DefaultCPUs, x.MaxCPUs, x.MaxPids, x.MaxCodeSize, x.OutputLimit)
+	fmt.Fprintf(&b, "Images: %q by default", cfg.Images.Default)
+	if cfg.Images.Data != "" {
+		fmt.Fprintf(&b, "; %q has numpy, pandas and matplotlib (pass it as custom_image)", cfg.Images.Data)
+	}
+	fmt.Fprintf(&b, "; allowed: %s.", strings.Join(cfg.Images.AllowedPatterns, ", "))
+	return b.String()
+}
+
+func inputSchema(cfg *profiles.Config) json.RawMessage {
+	x := cfg.Execution
+	str := func(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
+	schema := map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"code": map[string]any{"type": "string", "minLength": 1,
+				"description": fmt.Sprintf("Python source to run (at most %s). The value of the last expression is returned as result.", x.MaxCodeSize)},
+			"session_id": str("Run in this stateful session (variables kept between calls). Not available in this build yet."),
+			"backend": map[string]any{"type": "string", "enum": []string{BackendSimple, BackendJupyter},
+				"description": "simple (default): plain exec. jupyter: IPython kernel semantics; needs a session."},
+			"timeout": map[string]any{"type": "number", "exclusiveMinimum": 0,
+				"description": fmt.Sprintf("Wall-clock limit in seconds (default %g, at most %g).", x.DefaultTimeout.Seconds(), x.MaxTimeout.Seconds())},
+			"memory": str(fmt.Sprintf("Memory limit such as \"256m\" or \"1g\" (default %s, at most %s).", x.DefaultMemory, x.MaxMemory)),
+			"custom_image": str(fmt.Sprintf("Image to run in (default %q; allowed: %s). See forge://environments/list.",
+				cfg.Images.Default, strings.Join(cfg.Images.AllowedPatterns, ", "))),
+			"environment": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
+				"description": "Environment variables for the code. Not available in this build yet."},
+			"mcp_tools": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
+				"description": "Configured MCP servers whose tools the code may call (code mode). Not available in this build yet; see forge://tools/available."},
+		},
+		"required":             []string{"code"},
+		"additionalProperties": false,
+	}
+	b, err := json.Marshal(schema)
+	if err != nil {
+		panic(err) // static data
+	}
+	return b
+}
+
+// outputSchema is the JSON Schema of kernel.Result (DESIGN's ExecutionResult).
+var outputSchema = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "success": {"type": "boolean", "description": "true when the code ran to the end without an exception"},
+    "stdout": {"type": "string"},
+    "stderr": {"type": "string"},
+    "result": {"description": "value of the last expression: its JSON value, or its repr as a string; null when none"},
+    "display": {"type": "array", "items": {"type": "object", "properties": {
+      "mime_type": {"type": "string"},
+      "data": {"type": "string", "description": "base64 for images, else text"}
+    }, "required": ["mime_type", "data"]}},
+    "error": {"type": ["object", "null"], "properties": {
+      "type": {"type": "string"},
+      "message": {"type": "string"},
+      "traceback": {"type": "string"},
+      "line": {"type": "integer"},
+      "column": {"type": "integer"}
+    }, "required": ["type", "message", "traceback"]},
+    "exit_code": {"type": "integer"},
+    "timed_out": {"type": "boolean"},
+    "oom_killed": {"type": "boolean"},
+    "truncated": {"type": "boolean"},
+    "execution_time_ms": {"type": "number"},
+    "memory_peak_bytes": {"type": "integer", "minimum": 0},
+    "session_id": {"type": ["string", "null"]}
+  },
+  "required": ["success", "stdout", "stderr", "display", "error", "exit_code", "timed_out", "oom_killed", "truncated", "execution_time_ms", "memory_peak_bytes", "session_id"]
+}`)
+
+// handleExecute runs execute_python. Arguments were checked by precheck on
+// the way in; a decode error here (an in-process caller that bypassed
+// HandleMessage) is still reported as an error, never run.
+func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	s.active.Add(1)
+	defer s.active.Done()
+	raw, err := json.Marshal(req.Params.Arguments)
+	if err != nil {
+		return nil, argError("", err.Error())
+	}
+	args, err := DecodeExecuteArgs(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := unsupported(args); err != nil {
+		return mcp.NewToolResultError(err.Error()), nil
+	}
+	ectx, cancel := s.execContext(ctx)
+	defer cancel()
+	res, err := s.eng.Execute(ectx, engine.Request{
+		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
+		Client: clientName(ctx),
+	})
+	if err != nil {
+		return s.executeError(err), nil
+	}
+	return renderResult(res), nil
+}
+
+// unsupported refuses the parts of the tool interface this build lacks.
+func unsupported(a ExecuteArgs) error {
+	switch {
+	case a.SessionID != "":
+		return fmt.Errorf("session_id: sessions are not available yet in this build (%w); call execute_python without session_id: every call then runs in a fresh interpreter, so include all the code it needs", ErrNotAvailable)
+	case a.Backend == BackendJupyter:
+		return fmt.Errorf("backend \"jupyter\": sessions are not available yet in this build (%w); omit backend or use \"simple\"", ErrNotAvailable)
+	case len(a.Environment) > 0:
+		return fmt.Errorf("environment: setting environment variables is not available yet in this build (%w); set them inside the code with os.environ", ErrNotAvailable)
+	case len(a.MCPTools) > 0:
+		return fmt.Errorf("mcp_tools: calling MCP tools from the sandbox (code mode) is not available yet in this build (%w); forge://tools/available lists none", ErrNotAvailable)
+	}
+	return nil
+}
+
+// executeError turns an engine error into a tool error for the model: a
+// broken limit or allowlist says which and what is allowed; anything else is
+// forge's fault and says so.
+func (s *Server) executeError(err error) *mcp.CallToolResult {
+	switch {
+	case errors.Is(err, engine.ErrInvalidRequest):
+		return mcp.NewToolResultError("Request refused: " + strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
+	case errors.Is(err, engine.ErrClosed):
+		return mcp.NewToolResultError("forge is shutting down; no new executions are accepted")
+	case errors.Is(err, context.Canceled):
+		return mcp.NewToolResultError("The execution was cancelled before it finished.")
+	}
+	s.log.Error("execution failed", "err", err)
+	return mcp.NewToolResultError("forge could not run the code (an error of the sandbox, not of your code): " + err.Error())
+}
+
+// clientName is the MCP client's name from initialize, for the audit log.
+func clientName(ctx context.Context) string {
+	if sess, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithClientInfo); ok {
+		info := sess.GetClientInfo()
+		if info.Version != "" {
+			return info.Name + "/" + info.Version
+		}
+		return info.Name
+	}
+	return ""
+}
+
+// renderResult builds the reply: text for the model, one image per image in
+// display, the ExecutionResult as structured content, isError when the code
+// failed.
+func renderResult(r *kernel.Result) *mcp.CallToolResult {
+	sr := *r
+	if sr.Display == nil {
+		sr.Display = []kernel.Display{}
+	}
+	content := []mcp.Content{mcp.NewTextContent(resultText(&sr))}
+	for i, d := range sr.Display {
+		if c := displayContent(i, d); c != nil {
+			content = append(content, c)
+		}
+	}
+	return &mcp.CallToolResult{Content: content, StructuredContent: &sr, IsError: !sr.Success}
+}
+
+// displayContent maps one display item to MCP content; nil when it has no
+// useful MCP form (it stays in structuredContent).
+func displayContent(i int, d kernel.Display) mcp.Content {
+	switch mt := strings.ToLower(d.MimeType); {
+	case mt == "image/png" || mt == "image/jpeg" || mt == "image/gif" || mt == "image/webp":
+		return mcp.NewImageContent(d.Data, mt)
+	case mt == "image/svg+xml" || mt == "text/html":
+		ext := map[string]string{"image/svg+xml": "svg", "text/html": "html"}[mt]
+		return mcp.NewEmbeddedResource(mcp.TextResourceContents{
+			URI: fmt.Sprintf("forge://display/%d.%s", i, ext), MIMEType: mt, Text: d.Data})
+	case strings.HasPrefix(mt, "text/") || mt == "application/json":
+		return mcp.NewTextContent(d.Data)
+	}
+	return nil
+}
+
+// resultText is the text a model reads: output first, then the result, the
+// error, and notes about limits that cut the run short.
+func resultText(r *kernel.Result) string {
+	var b strings.Builder
+	section := func(title, body string) {
+		if body == "" {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(&b, "%s:\n%s", title, strings.TrimRight(body, "\n"))
+		b.WriteString("\n")
+	}
+	section("stdout", r.Stdout)
+	section("stderr", r.Stderr)
+	if r.Result != nil {
+		section("result", formatValue(r.Result))
+	}
+	if e := r.Error; e != nil {
+		tb := e.Traceback
+		if tb == "" {
+			tb = e.Type + ": " + e.Message
+		}
+		section("error", tb)
+	}
+	var notes []string
+	if n := countImages(r.Display); n > 0 {
+		notes = append(notes, fmt.Sprintf("%d image(s) attached below.", n))
+	}
+	if r.Truncated {
+		notes = append(notes, "Output was truncated at the configured limit; print less (e.g. summaries, head()) or write large data to a file and print a summary.")
+	}
+	if r.TimedOut {
+		notes = append(notes, fmt.Sprintf("The run was killed: it exceeded its timeout (ran %.0f ms). Make the code faster or pass a larger timeout (up to the maximum).", r.ExecutionTimeMS))
+	}
+	if r.OOMKilled {
+		notes = append(notes, "The run was killed: it ran out of memory. Use less memory or pass a larger memory limit (up to the maximum).")
+	}
+	if !r.Success && r.Error == nil && !r.TimedOut && !r.OOMKilled {
+		notes = append(notes, fmt.Sprintf("The process exited with code %d.", r.ExitCode))
+	}
+	section("note", strings.Join(notes, "\n"))
+	if b.Len() == 0 {
+		return "(no output; the code ran successfully and printed nothing; the last line was not an expression with a value)"
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func countImages(ds []kernel.Display) int {
+	n := 0
+	for _, d := range ds {
+		if strings.HasPrefix(strings.ToLower(d.MimeType), "image/") && d.MimeType != "image/svg+xml" {
+			n++
+		}
+	}
+	return n
+}
+
+// formatValue shows a result value: strings (often reprs) as they are,
+// anything else as JSON.
+func formatValue(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}

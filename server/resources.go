@@ -1,0 +1,207 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"sort"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/rootfs"
+)
+
+// Resource URIs.
+const (
+	uriEnvironmentInfo = "forge://environment/info"
+	uriEnvironments    = "forge://environments/list"
+	uriToolsAvailable  = "forge://tools/available"
+)
+
+func (s *Server) addResources() {
+	s.mcp.AddResource(mcp.NewResource(uriEnvironmentInfo, "environment-info",
+		mcp.WithResourceDescription("forge's version, the default image's Python version, the host's kernel features and the limits in force."),
+		mcp.WithMIMEType("application/json")), s.jsonResource(s.environmentInfo))
+	s.mcp.AddResource(mcp.NewResource(uriEnvironments, "environments",
+		mcp.WithResourceDescription("Images present in forge's store (usable as custom_image when allowed), with their Python version and packages."),
+		mcp.WithMIMEType("application/json")), s.jsonResource(s.environments))
+	s.mcp.AddResource(mcp.NewResource(uriToolsAvailable, "tools-available",
+		mcp.WithResourceDescription("MCP tools that sandboxed code can call as Python functions (code mode). Empty in this build."),
+		mcp.WithMIMEType("application/json")), s.jsonResource(s.toolsAvailable))
+}
+
+// jsonResource serves the value f returns as one JSON text content.
+func (s *Server) jsonResource(f func(context.Context) (any, error)) func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		v, err := f(ctx)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: string(b)}}, nil
+	}
+}
+
+// EnvironmentInfo is the content of forge://environment/info.
+type EnvironmentInfo struct {
+	Forge         string       `json:"forge_version"`
+	Arch          string       `json:"arch"`
+	DefaultImage  ImageInfo    `json:"default_image"`
+	DataImage     *ImageInfo   `json:"data_image,omitempty"`
+	Limits        LimitsInfo   `json:"limits"`
+	Network       string       `json:"network"`
+	Sessions      string       `json:"sessions"`
+	CodeMode      string       `json:"code_mode"`
+	Pool          PoolInfo     `json:"pool"`
+	KernelFeature any          `json:"kernel_features,omitempty"`
+	Server        ServerInfoJS `json:"server"`
+}
+
+// ImageInfo describes one image.
+type ImageInfo struct {
+	Name     string   `json:"name"`
+	Present  bool     `json:"present"`
+	Python   string   `json:"python_version,omitempty"`
+	Packages []string `json:"packages,omitempty"`
+	ID       string   `json:"id,omitempty"`
+	Size     int64    `json:"size_bytes,omitempty"`
+	Created  string   `json:"created,omitempty"`
+	Allowed  bool     `json:"allowed"`
+}
+
+// LimitsInfo are the effective execution limits.
+type LimitsInfo struct {
+	DefaultTimeoutS float64 `json:"default_timeout_s"`
+	MaxTimeoutS     float64 `json:"max_timeout_s"`
+	DefaultMemory   string  `json:"default_memory"`
+	MaxMemory       string  `json:"max_memory"`
+	DefaultCPUs     float64 `json:"default_cpus"`
+	MaxCPUs         float64 `json:"max_cpus"`
+	MaxPids         int     `json:"max_pids"`
+	MaxCodeSize     string  `json:"max_code_size"`
+	OutputLimit     string  `json:"output_limit"`
+	TmpSize         string  `json:"tmp_size"`
+	AllowedImages   []string `json:"allowed_images"`
+}
+
+// PoolInfo is a placeholder until the warm pool reports counters.
+type PoolInfo struct {
+	Enabled bool `json:"enabled"`
+	Size    int  `json:"size"`
+	Warm    *int `json:"warm"` // null: not reported by this build
+}
+
+// ServerInfoJS describes the MCP server itself.
+type ServerInfoJS struct {
+	Name      string `json:"name"`
+	Transport string `json:"transport"`
+}
+
+func limitsInfo(cfg *profiles.Config) LimitsInfo {
+	x := cfg.Execution
+	return LimitsInfo{
+		DefaultTimeoutS: x.DefaultTimeout.Seconds(), MaxTimeoutS: x.MaxTimeout.Seconds(),
+		DefaultMemory: x.DefaultMemory.String(), MaxMemory: x.MaxMemory.String(),
+		DefaultCPUs: x.DefaultCPUs, MaxCPUs: x.MaxCPUs, MaxPids: x.MaxPids,
+		MaxCodeSize: x.MaxCodeSize.String(), OutputLimit: x.OutputLimit.String(), TmpSize: x.TmpSize.String(),
+		AllowedImages: append([]string{}, cfg.Images.AllowedPatterns...),
+	}
+}
+
+func (s *Server) environmentInfo(ctx context.Context) (any, error) {
+	imgs, _ := s.images(ctx) // a store error leaves images "not present"
+	info := EnvironmentInfo{
+		Forge: s.opts.Version, Arch: runtime.GOARCH,
+		DefaultImage: s.imageInfo(imgs, s.cfg.Images.Default),
+		Limits:       limitsInfo(s.cfg),
+		Network:      "none (loopback only)",
+		Sessions:     "not available in this build",
+		CodeMode:     "not available in this build",
+		Pool:         PoolInfo{Enabled: s.cfg.Pool.Enabled, Size: s.cfg.Pool.Size},
+		Server:       ServerInfoJS{Name: s.cfg.Server.Name, Transport: s.cfg.Server.Transport},
+	}
+	if s.cfg.Images.Data != "" {
+		d := s.imageInfo(imgs, s.cfg.Images.Data)
+		info.DataImage = &d
+	}
+	if s.opts.Host != nil {
+		info.KernelFeature = s.opts.Host()
+	}
+	return info, nil
+}
+
+func (s *Server) images(ctx context.Context) ([]rootfs.Image, error) {
+	st := s.eng.Store()
+	if st == nil {
+		return nil, nil
+	}
+	return st.Images(ctx)
+}
+
+// imageInfo describes the image called name among imgs.
+func (s *Server) imageInfo(imgs []rootfs.Image, name string) ImageInfo {
+	info := ImageInfo{Name: name, Allowed: s.cfg.Images.Allowed(name)}
+	for _, img := range imgs {
+		for _, n := range img.Names {
+			if n == name || strings.TrimPrefix(n, "localhost/") == name {
+				return describeImage(img, name, info.Allowed)
+			}
+		}
+	}
+	return info
+}
+
+func describeImage(img rootfs.Image, name string, allowed bool) ImageInfo {
+	info := ImageInfo{Name: name, Present: true, ID: img.ID, Size: img.Size, Allowed: allowed,
+		Python: img.Labels["forge.python.version"]}
+	if !img.Created.IsZero() {
+		info.Created = img.Created.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	if p := img.Labels["forge.packages"]; p != "" {
+		info.Packages = strings.Split(p, ",")
+	}
+	return info
+}
+
+// EnvironmentList is the content of forge://environments/list.
+type EnvironmentList struct {
+	Default string      `json:"default"`
+	Data    string      `json:"data,omitempty"`
+	Allowed []string    `json:"allowed_patterns"`
+	Images  []ImageInfo `json:"images"`
+}
+
+func (s *Server) environments(ctx context.Context) (any, error) {
+	imgs, err := s.images(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := EnvironmentList{Default: s.cfg.Images.Default, Data: s.cfg.Images.Data,
+		Allowed: append([]string{}, s.cfg.Images.AllowedPatterns...), Images: []ImageInfo{}}
+	for _, img := range imgs {
+		names := img.Names
+		if len(names) == 0 {
+			names = []string{img.ID}
+		}
+		for _, n := range names {
+			out.Images = append(out.Images, describeImage(img, n, s.cfg.Images.Allowed(n)))
+		}
+	}
+	sort.Slice(out.Images, func(i, j int) bool { return out.Images[i].Name < out.Images[j].Name })
+	return out, nil
+}
+
+// ToolsAvailable is the content of forge://tools/available.
+type ToolsAvailable struct {
+	Tools []any  `json:"tools"`
+	Note  string `json:"note"`
+}
+
+func (s *Server) toolsAvailable(context.Context) (any, error) {
+	return ToolsAvailable{Tools: []any{}, Note: "code mode (calling MCP tools from sandboxed Python) is not available in this build"}, nil
+}

@@ -1,0 +1,218 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// maxStdioMessage bounds one JSON-RPC line; code is capped far below it.
+const maxStdioMessage = 64 << 20
+
+// ServeStdio serves MCP over newline-delimited JSON-RPC on in and out until
+// in reaches EOF or ctx is cancelled. Either begins a shutdown: running
+// executions get server.shutdown_grace to finish (their replies are still
+// written), then they are killed. It returns once every request has been
+// answered; closing the engine is the caller's job.
+//
+// forge has its own stdio loop rather than mcp-go's so that malformed tool
+// arguments are invalid-params errors (see HandleMessage) and so that stdin
+// EOF drains instead of cancelling running code.
+func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	sess := newStdioSession()
+	if err := s.mcp.RegisterSession(ctx, sess); err != nil {
+		return fmt.Errorf("registering the stdio session: %w", err)
+	}
+	defer s.mcp.UnregisterSession(context.WithoutCancel(ctx), sess.SessionID())
+	w := &lineWriter{w: out}
+	reqCtx, cancelRequests := context.WithCancel(s.mcp.WithContext(context.WithoutCancel(ctx), sess))
+	defer cancelRequests()
+
+	notesDone := make(chan struct{})
+	go func() {
+		defer close(notesDone)
+		for {
+			select {
+			case n := <-sess.notes:
+				w.write(n)
+			case <-reqCtx.Done():
+				return
+			}
+		}
+	}()
+
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	stopReading := make(chan struct{})
+	defer close(stopReading)
+	go readLines(in, lines, readErr, stopReading)
+
+	var wg sync.WaitGroup
+	var err error
+loop:
+	for {
+		select {
+		case line := <-lines:
+			s.dispatch(reqCtx, line, w, &wg)
+		case err = <-readErr:
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	// Order matters: drain first, so that cancelling the requests below
+	// does not cancel the executions that still have their grace.
+	s.beginDrain(s.shutdownGrace())
+	cancelRequests()
+	wg.Wait()
+	<-notesDone
+	return err
+}
+
+// dispatch answers one line: requests on their own goroutine (a long
+// execution must not block ping or cancellation), notifications inline.
+func (s *Server) dispatch(ctx context.Context, line []byte, w *lineWriter, wg *sync.WaitGroup) {
+	var head struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	if err := json.Unmarshal(line, &head); err != nil {
+		w.write(mcp.NewJSONRPCError(mcp.NewRequestId(nil), mcp.PARSE_ERROR, "Parse error", nil))
+		return
+	}
+	if head.Method == "" {
+		return // a response to a request forge never sends
+	}
+	if len(head.ID) == 0 || string(head.ID) == "null" {
+		s.HandleMessage(ctx, line)
+		return
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if resp := s.HandleMessage(ctx, line); resp != nil {
+			w.write(resp)
+		}
+	}()
+}
+
+// readLines sends each non-empty line of in to lines, then the error that
+// ended the input (io.EOF at the end). It gives up when stop is closed (a
+// read in progress still blocks until in delivers or closes).
+func readLines(in io.Reader, lines chan<- []byte, errc chan<- error, stop <-chan struct{}) {
+	r := bufio.NewReaderSize(in, 64<<10)
+	for {
+		line, err := readLine(r)
+		if len(line) > 0 {
+			select {
+			case lines <- line:
+			case <-stop:
+				return
+			}
+		}
+		if err != nil {
+			errc <- err
+			return
+		}
+	}
+}
+
+// readLine reads one line without its newline, failing on over-long ones.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var buf []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		if len(buf) > maxStdioMessage {
+			return nil, fmt.Errorf("stdio: message longer than %d bytes", maxStdioMessage)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		for len(buf) > 0 && (buf[len(buf)-1] == '\n' || buf[len(buf)-1] == '\r') {
+			buf = buf[:len(buf)-1]
+		}
+		return buf, err
+	}
+}
+
+// lineWriter writes one JSON message per line; writes are serialized.
+type lineWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	failed bool
+}
+
+func (l *lineWriter) write(msg any) {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return
+	}
+	b = append(b, '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failed {
+		return
+	}
+	if _, err := l.w.Write(b); err != nil {
+		l.failed = true // the client is gone; nobody reads further replies
+	}
+}
+
+// stdioSession is the one client of a stdio server.
+type stdioSession struct {
+	notes       chan mcp.JSONRPCNotification
+	initialized atomic.Bool
+	level       atomic.Value // mcp.LoggingLevel
+
+	mu         sync.Mutex
+	clientInfo mcp.Implementation
+	clientCaps mcp.ClientCapabilities
+}
+
+func newStdioSession() *stdioSession {
+	s := &stdioSession{notes: make(chan mcp.JSONRPCNotification, 100)}
+	s.level.Store(mcp.LoggingLevelError)
+	return s
+}
+
+func (s *stdioSession) SessionID() string                                  { return "stdio" }
+func (s *stdioSession) NotificationChannel() chan<- mcp.JSONRPCNotification { return s.notes }
+func (s *stdioSession) Initialize()                                        { s.initialized.Store(true) }
+func (s *stdioSession) Initialized() bool                                  { return s.initialized.Load() }
+func (s *stdioSession) SetLogLevel(l mcp.LoggingLevel)                     { s.level.Store(l) }
+func (s *stdioSession) GetLogLevel() mcp.LoggingLevel                      { return s.level.Load().(mcp.LoggingLevel) }
+
+func (s *stdioSession) GetClientInfo() mcp.Implementation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clientInfo
+}
+
+func (s *stdioSession) SetClientInfo(i mcp.Implementation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clientInfo = i
+}
+
+func (s *stdioSession) GetClientCapabilities() mcp.ClientCapabilities {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clientCaps
+}
+
+func (s *stdioSession) SetClientCapabilities(c mcp.ClientCapabilities) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clientCaps = c
+}
