@@ -3,6 +3,7 @@ package rootfs
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // Defaults of BootstrapOptions.
@@ -97,9 +100,15 @@ func LayoutDir(cacheDir, name string) string {
 func Bootstrap(ctx context.Context, opts BootstrapOptions) (layoutDir string, retErr error) {
 	opts = opts.withDefaults()
 	layoutDir = LayoutDir(opts.CacheDir, opts.Name)
-	if _, err := os.Stat(filepath.Join(layoutDir, "index.json")); err == nil && !opts.Rebuild {
-		fmt.Fprintf(opts.Progress, "bootstrap: using cached layout %s\n", layoutDir)
-		return layoutDir, nil
+	if !opts.Rebuild {
+		cached, err := layoutLabel(layoutDir, "forge.packages")
+		if err == nil && cached == packagesLabel(opts.Packages) {
+			fmt.Fprintf(opts.Progress, "bootstrap: using cached layout %s\n", layoutDir)
+			return layoutDir, nil
+		}
+		if err == nil {
+			fmt.Fprintf(opts.Progress, "bootstrap: cached layout %s has packages %s; rebuilding\n", layoutDir, cached)
+		}
 	}
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		return "", fmt.Errorf("bootstrap needs debootstrap (apt-get install debootstrap): %w", err)
@@ -132,7 +141,7 @@ func Bootstrap(ctx context.Context, opts BootstrapOptions) (layoutDir string, re
 		Labels: map[string]string{
 			"org.opencontainers.image.title": opts.Name,
 			"forge.python.version":           pyVersion,
-			"forge.packages":                 strings.Join(append([]string{"python3"}, opts.Packages...), ","),
+			"forge.packages":                 packagesLabel(opts.Packages),
 			"forge.debian.suite":             opts.Suite,
 		},
 	}
@@ -141,6 +150,41 @@ func Bootstrap(ctx context.Context, opts BootstrapOptions) (layoutDir string, re
 	}
 	fmt.Fprintf(opts.Progress, "bootstrap: wrote %s in %s\n", layoutDir, since(start))
 	return layoutDir, nil
+}
+
+// packagesLabel is the forge.packages label: the Debian packages installed.
+func packagesLabel(packages []string) string {
+	return strings.Join(append([]string{"python3"}, packages...), ",")
+}
+
+// layoutLabel reads a label of the only image in an OCI layout.
+func layoutLabel(dir, key string) (string, error) {
+	var index imgspecv1.Index
+	if err := readJSON(filepath.Join(dir, "index.json"), &index); err != nil {
+		return "", err
+	}
+	if len(index.Manifests) != 1 {
+		return "", fmt.Errorf("%s: %d manifests, want 1", dir, len(index.Manifests))
+	}
+	var m imgspecv1.Manifest
+	if err := readJSON(blobPath(dir, index.Manifests[0].Digest.Encoded()), &m); err != nil {
+		return "", err
+	}
+	var config imgspecv1.Image
+	if err := readJSON(blobPath(dir, m.Config.Digest.Encoded()), &config); err != nil {
+		return "", err
+	}
+	return config.Config.Labels[key], nil
+}
+
+func blobPath(dir, hex string) string { return filepath.Join(dir, "blobs", "sha256", hex) }
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
 }
 
 func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }

@@ -369,6 +369,9 @@ func isNetworkError(err error) bool {
 // Bootstrap builds (or reuses) the Debian-based Python layout, see the
 // package-level Bootstrap, and imports it like any oci: layout.
 func (s *Store) Bootstrap(ctx context.Context, opts BootstrapOptions) (*Image, error) {
+	if opts.Progress == nil {
+		opts.Progress = s.progress
+	}
 	opts = opts.withDefaults()
 	dir, err := Bootstrap(ctx, opts)
 	if err != nil {

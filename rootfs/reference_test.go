@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -137,5 +138,31 @@ func TestAppendIfMissing(t *testing.T) {
 	got := readFile(t, dir+"/passwd")
 	if want := "root:x:0:0:root:/root:/bin/bash\nforge:x:1000:1000::/home/forge:/bin/sh\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestBootstrapReusesCachedLayout(t *testing.T) {
+	cache := t.TempDir()
+	root := t.TempDir()
+	mustWrite(t, root+"/etc/hello", "x")
+	layout := LayoutDir(cache, DefaultImage)
+	if err := WriteLayout(t.Context(), layout, root, LayoutConfig{
+		RefName: DefaultImage, Labels: map[string]string{"forge.packages": "python3"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Bootstrap(t.Context(), BootstrapOptions{CacheDir: cache})
+	if err != nil || got != layout {
+		t.Fatalf("Bootstrap: got %q, %v; want the cached %q", got, err, layout)
+	}
+	// Other packages under the same name mean a rebuild, which needs
+	// debootstrap: hide it to see the attempt.
+	t.Setenv("PATH", "")
+	_, err = Bootstrap(t.Context(), BootstrapOptions{CacheDir: cache, Name: DefaultImage, Packages: []string{"python3-numpy"}})
+	if err == nil || !strings.Contains(err.Error(), "debootstrap") {
+		t.Errorf("Bootstrap with other packages: got %v, want a rebuild attempt", err)
+	}
+	if _, err := os.Stat(layout + "/index.json"); err != nil {
+		t.Errorf("the failed rebuild damaged the cached layout: %v", err)
 	}
 }

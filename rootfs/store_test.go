@@ -479,7 +479,7 @@ func TestDockerArchiveNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := copy.Image(ctx, s.policy, dst, src, &copy.Options{}); err != nil {
+	if _, err := copy.Image(ctx, s.policy, dst, src, &copy.Options{SourceCtx: s.sys, DestinationCtx: s.sys}); err != nil {
 		t.Fatalf("writing a docker archive: %v", err)
 	}
 	img, err := s.Pull(ctx, "docker-archive:"+archive)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/pool"
 )
 
 // Resource URIs.
@@ -76,25 +77,28 @@ type ImageInfo struct {
 
 // LimitsInfo are the effective execution limits.
 type LimitsInfo struct {
-	DefaultTimeoutS float64 `json:"default_timeout_s"`
-	MaxTimeoutS     float64 `json:"max_timeout_s"`
-	DefaultMemory   string  `json:"default_memory"`
-	MaxMemory       string  `json:"max_memory"`
-	DefaultCPUs     float64 `json:"default_cpus"`
-	MaxCPUs         float64 `json:"max_cpus"`
-	MaxPids         int     `json:"max_pids"`
-	MaxCodeSize     string  `json:"max_code_size"`
-	OutputLimit     string  `json:"output_limit"`
-	TmpSize         string  `json:"tmp_size"`
+	DefaultTimeoutS float64  `json:"default_timeout_s"`
+	MaxTimeoutS     float64  `json:"max_timeout_s"`
+	DefaultMemory   string   `json:"default_memory"`
+	MaxMemory       string   `json:"max_memory"`
+	DefaultCPUs     float64  `json:"default_cpus"`
+	MaxCPUs         float64  `json:"max_cpus"`
+	MaxPids         int      `json:"max_pids"`
+	MaxCodeSize     string   `json:"max_code_size"`
+	OutputLimit     string   `json:"output_limit"`
+	TmpSize         string   `json:"tmp_size"`
 	AllowedImages   []string `json:"allowed_images"`
 }
 
-// PoolInfo is a placeholder until the warm pool reports counters.
+// PoolInfo describes the warm pools.
 type PoolInfo struct {
-	Enabled bool `json:"enabled"`
-	Size    int  `json:"size"`
-	Warm    *int `json:"warm"` // null: not reported by this build
+	Enabled bool         `json:"enabled"`
+	Size    int          `json:"size"`
+	Pools   []pool.Stats `json:"pools"` // one per image used so far
 }
+
+// poolStater is implemented by engines with a warm pool.
+type poolStater interface{ PoolStats() []pool.Stats }
 
 // ServerInfoJS describes the MCP server itself.
 type ServerInfoJS struct {
@@ -128,6 +132,10 @@ func (s *Server) environmentInfo(ctx context.Context) (any, error) {
 	if s.cfg.Images.Data != "" {
 		d := s.imageInfo(imgs, s.cfg.Images.Data)
 		info.DataImage = &d
+	}
+	info.Pool.Pools = []pool.Stats{}
+	if ps, ok := s.eng.(poolStater); ok {
+		info.Pool.Pools = append(info.Pool.Pools, ps.PoolStats()...)
 	}
 	if s.opts.Host != nil {
 		info.KernelFeature = s.opts.Host()

@@ -186,12 +186,12 @@ func newStdioSession() *stdioSession {
 	return s
 }
 
-func (s *stdioSession) SessionID() string                                  { return "stdio" }
+func (s *stdioSession) SessionID() string                                   { return "stdio" }
 func (s *stdioSession) NotificationChannel() chan<- mcp.JSONRPCNotification { return s.notes }
-func (s *stdioSession) Initialize()                                        { s.initialized.Store(true) }
-func (s *stdioSession) Initialized() bool                                  { return s.initialized.Load() }
-func (s *stdioSession) SetLogLevel(l mcp.LoggingLevel)                     { s.level.Store(l) }
-func (s *stdioSession) GetLogLevel() mcp.LoggingLevel                      { return s.level.Load().(mcp.LoggingLevel) }
+func (s *stdioSession) Initialize()                                         { s.initialized.Store(true) }
+func (s *stdioSession) Initialized() bool                                   { return s.initialized.Load() }
+func (s *stdioSession) SetLogLevel(l mcp.LoggingLevel)                      { s.level.Store(l) }
+func (s *stdioSession) GetLogLevel() mcp.LoggingLevel                       { return s.level.Load().(mcp.LoggingLevel) }
 
 func (s *stdioSession) GetClientInfo() mcp.Implementation {
 	s.mu.Lock()

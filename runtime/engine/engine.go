@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/seccomp"
 	"github.com/mcp-forge/forge/server/audit"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -35,14 +37,15 @@ type Options struct {
 
 // Engine runs code. Safe for concurrent use.
 type Engine struct {
-	cfg     *profiles.Config
-	log     *slog.Logger
-	audit   *audit.Logger
-	store   *rootfs.Store
-	rt      *sandbox.Runtime
-	seccomp *specs.LinuxSeccomp
-	max     cgroups.Limits
-	def     cgroups.Limits
+	cfg      *profiles.Config
+	log      *slog.Logger
+	audit    *audit.Logger
+	store    *rootfs.Store
+	rt       *sandbox.Runtime
+	sessions *session.Manager
+	seccomp  *specs.LinuxSeccomp
+	max      cgroups.Limits
+	def      cgroups.Limits
 
 	mu     sync.Mutex
 	closed bool
@@ -88,6 +91,24 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	sc := cfg.Sessions
+	e.sessions, err = session.NewManager(session.Options{
+		Dir:           filepath.Join(cfg.StateDir, "sessions"),
+		MaxConcurrent: sc.MaxConcurrent,
+		IdleTimeout:   time.Duration(sc.IdleTimeout),
+		MaxLifetime:   time.Duration(sc.MaxLifetime),
+		Persist:       sc.Persist,
+		Quota:         int64(cfg.Volumes.SessionQuota),
+		HostUID:       int(cfg.Security.UIDMapBase + cfg.Security.SandboxUID),
+		Start:         e.acquireImage,
+		Logger:        opts.Logger,
+		OnEvent: func(event, id string) {
+			e.audit.Log(audit.Event{Event: event, Severity: audit.SeverityInfo, SessionID: id})
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 
@@ -126,6 +147,10 @@ type Request struct {
 	Memory  int64         // bytes; 0 = default
 	CPUs    float64       // 0 = default
 	Client  string        // for the audit log
+	// SessionID runs the code in that session (created on first use);
+	// NewSession with no SessionID creates a session with a generated id.
+	SessionID  string
+	NewSession bool
 }
 
 // Plan is a validated request: the limits in force and the image.
@@ -197,6 +222,9 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, erro
 	}
 	e.audit.Log(audit.Event{Event: audit.EventExecutionRequest, Severity: "info", Image: plan.Image,
 		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client})
+	if req.SessionID != "" || req.NewSession {
+		return e.executeSession(ctx, req, plan)
+	}
 	sb, err := e.acquire(ctx, plan)
 	if err != nil {
 		return nil, err
@@ -209,13 +237,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, erro
 // acquire returns a running sandbox of plan's image with plan's limits in
 // force: from the warm pool when there is one, else started cold.
 func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, error) {
-	var sb *sandbox.Sandbox
-	var err error
-	if p := e.poolFor(plan.Image); p != nil {
-		sb, _, err = p.Acquire(ctx)
-	} else {
-		sb, err = e.startSandbox(ctx, plan.Image)
-	}
+	sb, err := e.acquireImage(ctx, plan.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +248,16 @@ func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, erro
 		}
 	}
 	return sb, nil
+}
+
+// acquireImage returns a running sandbox of image with the default limits,
+// from the warm pool when there is one.
+func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandbox, error) {
+	if p := e.poolFor(image); p != nil {
+		sb, _, err := p.Acquire(ctx)
+		return sb, err
+	}
+	return e.startSandbox(ctx, image)
 }
 
 // startSandbox starts a cold sandbox of image with the profile's default
@@ -302,7 +334,9 @@ func (e *Engine) Close(grace time.Duration) error {
 	pools := e.pools
 	e.pools = nil
 	e.mu.Unlock()
-	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	errs := []error{e.sessions.Close(ctx)}
 	for _, p := range pools {
 		errs = append(errs, p.Close())
 	}

@@ -21,6 +21,9 @@ type Result struct {
 	ExecutionTimeMS float64    `json:"execution_time_ms"`
 	MemoryPeakBytes uint64     `json:"memory_peak_bytes"`
 	SessionID       *string    `json:"session_id"`
+	// Notes are what the host has to say about the run beyond the code's
+	// own output: a session restored or lost, for instance.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Display is one rich output item; images are base64.

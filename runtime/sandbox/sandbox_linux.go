@@ -281,6 +281,7 @@ type Sandbox struct {
 	onDestroy func()
 
 	mu        sync.Mutex
+	limits    cgroups.Limits // in force
 	destroyed bool
 	paused    bool
 }
@@ -312,7 +313,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	s = &Sandbox{id: id, rt: r, c: c, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10}, onDestroy: cfg.OnDestroy}
+	s = &Sandbox{limits: cfg.Limits, id: id, rt: r, c: c, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10}, onDestroy: cfg.OnDestroy}
 	r.track(s)
 	defer func() {
 		if retErr != nil {
@@ -424,12 +425,15 @@ func (s *Sandbox) Alive() bool {
 	}
 }
 
-// Pause freezes every process of the sandbox.
+// Pause freezes every process of the sandbox; pausing a paused sandbox is a no-op.
 func (s *Sandbox) Pause() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {
 		return ErrClosed
+	}
+	if s.paused {
+		return nil
 	}
 	if err := s.c.Pause(); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", s.id, err)
@@ -438,12 +442,15 @@ func (s *Sandbox) Pause() error {
 	return nil
 }
 
-// Resume thaws the sandbox.
+// Resume thaws the sandbox; resuming a running sandbox is a no-op.
 func (s *Sandbox) Resume() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {
 		return ErrClosed
+	}
+	if !s.paused {
+		return nil
 	}
 	if err := s.c.Resume(); err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", s.id, err)
@@ -452,10 +459,16 @@ func (s *Sandbox) Resume() error {
 	return nil
 }
 
-// SetLimits applies new cgroup limits to the running sandbox.
+// SetLimits applies new cgroup limits to the running sandbox; the same
+// limits again cost nothing.
 func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 	if err := l.Validate(); err != nil {
 		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l == s.limits {
+		return nil
 	}
 	cfg := s.c.Config()
 	res := *cfg.Cgroups.Resources
@@ -467,6 +480,7 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 	if err := s.c.Set(cfg); err != nil {
 		return fmt.Errorf("setting limits of sandbox %s: %w", s.id, err)
 	}
+	s.limits = l
 	return nil
 }
 

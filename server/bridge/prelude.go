@@ -183,7 +183,7 @@ func preludeToolOf(t Tool, py string) (preludeTool, error) {
 		}
 	}
 	// Python needs parameters without defaults first.
-	pt.Params = append(req, opt...)
+	pt.Params = append(append([]preludeParam{}, req...), opt...)
 	pt.Extra = len(s.Properties) == 0 && string(s.AdditionalProperties) != "false"
 	pt.Doc = toolDoc(t, append(docReq, docOpt...), pt.Extra)
 	return pt, nil

@@ -126,7 +126,8 @@ func addHostile(s *server.MCPServer, p string) {
 		mcp.WithString("x-y\"z", mcp.Description("'''"+hostileText)),
 		mcp.WithString("_mcp_call", mcp.Description("shadows nothing")),
 		mcp.WithString("1st", mcp.Description("starts with a digit")),
-		mcp.WithString("1st_", mcp.Description("collides after sanitizing")),
+		mcp.WithString("x_y_z", mcp.Description("collides with x-y\"z after sanitizing")),
+		mcp.WithNumber("__init__", mcp.Description("a dunder")),
 	), func(_ context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultStructured(map[string]any{"arguments": r.GetArguments()}, "ok"), nil
 	})

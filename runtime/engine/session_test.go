@@ -1,0 +1,209 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/session"
+)
+
+func call(t *testing.T, eng *engine.Engine, id, code string) *kernel.Result {
+	t.Helper()
+	res, err := eng.Execute(context.Background(), engine.Request{Code: code, SessionID: id})
+	if err != nil {
+		t.Fatalf("Execute(%q): %v", code, err)
+	}
+	if res.SessionID == nil || *res.SessionID != id {
+		t.Fatalf("session_id = %v, want %s", res.SessionID, id)
+	}
+	return res
+}
+
+func TestSessionKeepsNamespace(t *testing.T) {
+	eng := testenv.Engine(t, false, func(c *profiles.Config) { c.Pool.Enabled, c.Pool.Size = true, 2 })
+	call(t, eng, "a", "x = 41\nimport math\ndef f(v):\n    return math.sqrt(v)")
+	if r := call(t, eng, "a", "x + 1"); fmt.Sprint(r.Result) != "42" {
+		t.Errorf("x + 1 = %v (error %+v)", r.Result, r.Error)
+	}
+	if r := call(t, eng, "a", "f(16)"); fmt.Sprint(r.Result) != "4.0" {
+		t.Errorf("f(16) = %v (error %+v)", r.Result, r.Error)
+	}
+	// A second session sees none of it: variables, files, processes.
+	call(t, eng, "a", "open('/workspace/mine.txt', 'w').write('a')\nimport subprocess\np = subprocess.Popen(['sleep', '60'])")
+	r := call(t, eng, "b", "import os\n[('x' in globals()), os.path.exists('/workspace/mine.txt'), len([p for p in os.listdir('/proc') if p.isdigit()])]")
+	if fmt.Sprint(r.Result) != "[false false 2]" {
+		t.Errorf("session b sees %v, want [false false 2]", r.Result)
+	}
+	// A generated id with backend jupyter.
+	res, err := eng.Execute(context.Background(), engine.Request{Code: "y = 1", NewSession: true})
+	if err != nil || res.SessionID == nil || !strings.HasPrefix(*res.SessionID, "s-") {
+		t.Errorf("new session: %v %+v", err, res)
+	}
+}
+
+func TestSessionTimeoutKeepsNamespace(t *testing.T) {
+	eng := testenv.Engine(t, false, nil)
+	call(t, eng, "t", "x = 41")
+	res, err := eng.Execute(context.Background(), engine.Request{Code: "import time\nwhile True: time.sleep(0.01)", SessionID: "t", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut || res.Success {
+		t.Errorf("timed_out %v success %v", res.TimedOut, res.Success)
+	}
+	if r := call(t, eng, "t", "x + 1"); fmt.Sprint(r.Result) != "42" {
+		t.Errorf("after the timeout x + 1 = %v, error %+v", r.Result, r.Error)
+	}
+}
+
+func TestSessionOOMStartsFresh(t *testing.T) {
+	eng := testenv.Engine(t, false, nil)
+	call(t, eng, "o", "x = 41")
+	res, err := eng.Execute(context.Background(), engine.Request{Code: "b = bytearray(300 << 20)", SessionID: "o", Memory: 128 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OOMKilled || !strings.Contains(strings.Join(res.Notes, " "), "is gone") {
+		t.Errorf("oom_killed %v notes %q", res.OOMKilled, res.Notes)
+	}
+	r := call(t, eng, "o", "'x' in globals()")
+	if r.Result != false || !strings.Contains(strings.Join(r.Notes, " "), "starts a fresh namespace") {
+		t.Errorf("after OOM: result %v notes %q", r.Result, r.Notes)
+	}
+}
+
+func TestSessionLimits(t *testing.T) {
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		c.Sessions.MaxConcurrent = 2
+		c.Sessions.IdleTimeout = profiles.Duration(300 * time.Millisecond)
+		c.Sessions.Persist = false
+	})
+	call(t, eng, "l1", "x = 1")
+	call(t, eng, "l2", "x = 2")
+	_, err := eng.Execute(context.Background(), engine.Request{Code: "x = 3", SessionID: "l3"})
+	if !errors.Is(err, session.ErrLimit) || !strings.Contains(err.Error(), "max_concurrent") {
+		t.Fatalf("third session: %v, want the max_concurrent error", err)
+	}
+	// The idle reaper destroys both sandboxes and frees their memory.
+	deadline := time.Now().Add(10 * time.Second)
+	for eng.Sessions().Live() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("idle sessions still live: %d", eng.Sessions().Live())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := eng.Runtime().Live(); n != 0 {
+		t.Errorf("%d sandboxes live after the idle timeout", n)
+	}
+	call(t, eng, "l3", "x = 3") // room again
+}
+
+func TestDocumentStateAndFiles(t *testing.T) {
+	eng := testenv.Engine(t, true, func(c *profiles.Config) { c.Images.Default = testenv.DataImage })
+	ctx := context.Background()
+	if err := eng.WriteFile(ctx, "d", "data/in.csv", []byte("a,b\n1,2\n3,4\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := call(t, eng, "d", `import pandas as pd, numpy as np
+import matplotlib.pyplot as plt
+df = pd.read_csv('data/in.csv')
+arr = np.arange(12).reshape(3, 4)
+items = [1, 2, 3]
+conf = {'k': 'v'}
+plt.plot(df.a, df.b)
+plt.savefig('/workspace/plot.png')
+int(df.b.sum())`)
+	if fmt.Sprint(r.Result) != "6" {
+		t.Fatalf("pandas on the written CSV: %v error %+v", r.Result, r.Error)
+	}
+	png, err := eng.ReadFile(ctx, "d", "plot.png")
+	if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
+		t.Fatalf("reading the PNG back: %v (%d bytes)", err, len(png))
+	}
+	doc, err := eng.Sessions().Document(ctx, "d", map[string]string{"df": "the input table"}, "loaded the CSV", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]kernel.Variable{}
+	for _, v := range doc.Introspection {
+		byName[v.Name] = v
+	}
+	checks := []struct {
+		name, typ string
+		shape     string
+	}{
+		{"df", "pandas.core.frame.DataFrame", "[2 2]"},
+		{"arr", "numpy.ndarray", "[3 4]"},
+		{"items", "list", "[]"},
+		{"conf", "dict", "[]"},
+	}
+	for _, c := range checks {
+		v, ok := byName[c.name]
+		if !ok || !strings.Contains(v.Type, c.typ[strings.LastIndex(c.typ, ".")+1:]) || fmt.Sprint(v.Shape) != c.shape || v.SizeBytes <= 0 {
+			t.Errorf("introspection of %s = %+v", c.name, v)
+		}
+	}
+	if _, ok := byName["pd"]; ok {
+		t.Error("modules must be left out of the introspection")
+	}
+	if doc.Variables["df"] != "the input table" || doc.Note != "loaded the CSV" {
+		t.Errorf("documented %+v", doc)
+	}
+	// Symlink escapes through the file tools are refused.
+	call(t, eng, "d", "import os\nos.symlink('/etc/passwd', '/workspace/esc')")
+	if _, err := eng.ReadFile(ctx, "d", "esc"); err == nil {
+		t.Error("reading through a symlink out of /workspace succeeded")
+	}
+	if err := eng.WriteFile(ctx, "d", "../../etc/x", []byte("x")); err == nil {
+		t.Error("writing ../../etc/x succeeded")
+	}
+}
+
+func TestSessionSurvivesRestart(t *testing.T) {
+	cfg := func(c *profiles.Config) { c.Sessions.Persist = true }
+	eng := testenv.Engine(t, false, cfg)
+	ctx := context.Background()
+	call(t, eng, "r", "x = 41\nimport threading\nlock = threading.Lock()")
+	if err := eng.WriteFile(ctx, "r", "notes/a.txt", []byte("keep me")); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(5 * time.Second); err != nil {
+		t.Fatalf("Close (hibernates): %v", err)
+	}
+	eng2 := testenv.Engine(t, false, cfg)
+	list, err := eng2.Sessions().List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range list {
+		found = found || (s.ID == "r" && s.Status == session.Hibernated)
+	}
+	if !found {
+		t.Errorf("list after restart: %+v", list)
+	}
+	r := call(t, eng2, "r", "x + 1")
+	if fmt.Sprint(r.Result) != "42" {
+		t.Errorf("after restart x + 1 = %v, error %+v notes %q", r.Result, r.Error, r.Notes)
+	}
+	if !strings.Contains(strings.Join(r.Notes, " "), "lock") {
+		t.Errorf("notes should name the unpicklable variable 'lock': %q", r.Notes)
+	}
+	data, err := eng2.ReadFile(ctx, "r", "notes/a.txt")
+	if err != nil || string(data) != "keep me" {
+		t.Errorf("file after restart: %q, %v", data, err)
+	}
+	if err := eng2.Sessions().Destroy(ctx, "r"); err != nil {
+		t.Errorf("Destroy: %v", err)
+	}
+	_ = base64.StdEncoding
+}

@@ -1,0 +1,16 @@
+package session
+
+import "errors"
+
+var (
+	// ErrNotFound: no session with that id, live or hibernated.
+	ErrNotFound = errors.New("session not found")
+	// ErrLimit: sessions.max_concurrent live sessions exist already.
+	ErrLimit = errors.New("too many sessions")
+	// ErrBusy: another forge process owns the session.
+	ErrBusy = errors.New("session in use by another forge process")
+	// ErrBadID: a session id outside [A-Za-z0-9_-]{1,64}.
+	ErrBadID = errors.New("invalid session id")
+	// ErrClosed: the manager is shutting down.
+	ErrClosed = errors.New("sessions are shutting down")
+)

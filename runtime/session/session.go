@@ -1,0 +1,767 @@
+// Package session keeps a live Python namespace between calls: each
+// session is its own sandbox, paused while idle, hibernated (variables
+// pickled, /workspace saved under the state dir) after its idle timeout or
+// at shutdown, and brought back on its next call, also by a later forge
+// process. A session belongs to one forge process at a time (a file lock).
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+)
+
+// Status of a session.
+type Status string
+
+const (
+	// Active: a sandbox is running (paused between calls) in this process.
+	Active Status = "active"
+	// Hibernating: its state is being written; other processes wait.
+	Hibernating Status = "hibernating"
+	// Hibernated: no sandbox; variables and files are saved on disk.
+	Hibernated Status = "hibernated"
+	// Lost: the sandbox died (OOM, crash, killed); the next call starts fresh.
+	Lost Status = "lost"
+)
+
+// statePath is where the agent pickles the namespace, inside the sandbox.
+const statePath = "/tmp/.forge-session-state.pkl"
+
+// Documented is what an agent wrote down about its session with
+// document_state, plus the introspection taken at that moment.
+type Documented struct {
+	Variables     map[string]string `json:"variables"`
+	Note          string            `json:"note,omitempty"`
+	Updated       time.Time         `json:"updated"`
+	Introspection []kernel.Variable `json:"introspection"`
+}
+
+// Meta is a session's metadata, saved as meta.json.
+type Meta struct {
+	ID         string      `json:"id"`
+	Image      string      `json:"image"`
+	Created    time.Time   `json:"created"`
+	LastActive time.Time   `json:"last_active"`
+	Status     Status      `json:"status"`
+	OwnerPid   int         `json:"owner_pid"`
+	LostReason string      `json:"lost_reason,omitempty"`
+	Documented *Documented `json:"documented,omitempty"`
+	// Variables is the last known introspection (after document_state,
+	// a variables read, or hibernation).
+	Variables []kernel.Variable `json:"variables,omitempty"`
+	// Unrestored names the variables the last restore could not bring back.
+	Unrestored []string `json:"unrestored,omitempty"`
+}
+
+// Info is one row of list_sessions.
+type Info struct {
+	ID            string    `json:"session_id"`
+	Image         string    `json:"image"`
+	Created       time.Time `json:"created"`
+	LastActive    time.Time `json:"last_active"`
+	Status        Status    `json:"status"`
+	MemoryBytes   uint64    `json:"memory_bytes"`
+	VariableCount int       `json:"variable_count"`
+}
+
+// StartFunc returns a running sandbox of image for a session.
+type StartFunc func(ctx context.Context, image string) (*sandbox.Sandbox, error)
+
+// Options configure a Manager.
+type Options struct {
+	Dir           string // StateDir/sessions
+	MaxConcurrent int
+	IdleTimeout   time.Duration
+	MaxLifetime   time.Duration
+	Persist       bool
+	Quota         int64 // bytes of /workspace saved at most
+	HostUID       int   // host uid of the sandbox user, owner of restored files
+	Start         StartFunc
+	Logger        *slog.Logger
+	// OnEvent is told of session creation and destruction (audit).
+	OnEvent func(event, id string)
+}
+
+// Manager owns this process's sessions.
+type Manager struct {
+	opts   Options
+	log    *slog.Logger
+	stop   chan struct{}
+	reaped sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions map[string]*Session // in this process (active or being brought up)
+	closed   bool
+}
+
+// Session is one session owned by this process.
+type Session struct {
+	m *Manager
+
+	sbSet atomic.Bool // sb != nil, readable without mu
+
+	mu   sync.Mutex // one call at a time; guards everything below
+	meta Meta
+	sb   *sandbox.Sandbox
+	lock *os.File // flock on the session dir: ownership across processes
+	gone bool     // destroyed or hibernated: drop and look up again
+}
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidID checks a session id.
+func ValidID(id string) error {
+	if !idRE.MatchString(id) {
+		return fmt.Errorf("%w %q: use 1-64 letters, digits, '_' or '-'", ErrBadID, id)
+	}
+	return nil
+}
+
+// NewID makes a fresh session id.
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "s-" + hex.EncodeToString(b[:])
+}
+
+// NewManager prepares the sessions dir and starts the idle reaper.
+func NewManager(opts Options) (*Manager, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.OnEvent == nil {
+		opts.OnEvent = func(string, string) {}
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating sessions dir: %w", err)
+	}
+	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[string]*Session)}
+	if opts.IdleTimeout > 0 {
+		m.reaped.Add(1)
+		go m.reaper()
+	}
+	return m, nil
+}
+
+func (m *Manager) dir(id string) string { return filepath.Join(m.opts.Dir, id) }
+
+// Call runs f with the session id locked and its sandbox running: created
+// on first use (create must be true), brought back from hibernation, or
+// started fresh after it was lost (notes say so). After f the sandbox is
+// paused again, or dropped if it died.
+func (m *Manager) Call(ctx context.Context, id, image string, create bool, f func(*sandbox.Sandbox, *Meta) error) (notes []string, err error) {
+	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	s, err := m.get(ctx, id, image, create)
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	notes, err = s.ensureSandboxLocked(ctx)
+	if err != nil {
+		return notes, err
+	}
+	if err := s.sb.Resume(); err != nil {
+		s.dropSandboxLocked("resume failed: " + err.Error())
+		return notes, err
+	}
+	ferr := f(s.sb, &s.meta)
+	s.meta.LastActive = time.Now().UTC()
+	if !s.sb.Alive() {
+		s.dropSandboxLocked("the sandbox died")
+	} else if err := s.sb.Pause(); err != nil {
+		m.log.Warn("pausing session sandbox", "session", id, "err", err)
+	}
+	if err := s.saveLocked(); err != nil {
+		m.log.Warn("saving session metadata", "session", id, "err", err)
+	}
+	return notes, ferr
+}
+
+// get returns the session, locked, owned by this process.
+func (m *Manager) get(ctx context.Context, id, image string, create bool) (*Session, error) {
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return nil, ErrClosed
+		}
+		s, ok := m.sessions[id]
+		m.mu.Unlock()
+		if ok {
+			s.mu.Lock()
+			if !s.gone {
+				return s, nil
+			}
+			s.mu.Unlock()
+			continue
+		}
+		s, err := m.claim(ctx, id, image, create)
+		if err != nil || s != nil {
+			return s, err
+		}
+	}
+}
+
+// claim takes ownership of a session that is on disk (hibernated or lost)
+// or creates a new one. It returns nil, nil if another goroutine won.
+func (m *Manager) claim(ctx context.Context, id, image string, create bool) (*Session, error) {
+	dir := m.dir(id)
+	meta, err := readMeta(dir)
+	exists := err == nil
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading session %s: %w", id, err)
+	}
+	if !exists && !create {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	lock, err := m.lock(ctx, dir, id)
+	if err != nil {
+		return nil, err
+	}
+	if exists {
+		// Re-read under the lock: the previous owner may just have finished.
+		if meta, err = readMeta(dir); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	} else {
+		now := time.Now().UTC()
+		meta = &Meta{ID: id, Image: image, Created: now, LastActive: now, Status: Hibernated}
+	}
+	s := &Session{m: m, meta: *meta, lock: lock}
+	s.mu.Lock()
+	m.mu.Lock()
+	if _, raced := m.sessions[id]; raced || m.closed {
+		m.mu.Unlock()
+		s.mu.Unlock()
+		lock.Close()
+		return nil, nil
+	}
+	m.sessions[id] = s
+	m.mu.Unlock()
+	if !exists {
+		m.opts.OnEvent("session.create", id)
+	}
+	return s, nil
+}
+
+// lock takes the session's file lock; if another process holds it while
+// hibernating, wait for it to finish instead of reading half-written state.
+func (m *Manager) lock(ctx context.Context, dir, id string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		meta, _ := readMeta(dir)
+		if meta == nil || meta.Status != Hibernating || time.Now().After(deadline) {
+			f.Close()
+			pid := 0
+			if meta != nil {
+				pid = meta.OwnerPid
+			}
+			return nil, fmt.Errorf("%w: session %s is held by forge process %d", ErrBusy, id, pid)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// ensureSandboxLocked gives the session a running sandbox.
+func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
+	if s.sb != nil {
+		return nil, nil
+	}
+	m := s.m
+	if err := m.reserve(s); err != nil {
+		return nil, err
+	}
+	var notes []string
+	switch s.meta.Status {
+	case Lost:
+		notes = append(notes, fmt.Sprintf("session %s was lost (%s); this call starts a fresh namespace and an empty /workspace", s.meta.ID, s.meta.LostReason))
+	}
+	sb, err := m.opts.Start(ctx, s.meta.Image)
+	if err != nil {
+		m.unreserve(s)
+		return notes, err
+	}
+	s.setSandbox(sb)
+	if s.meta.Status == Hibernated && m.hasSavedState(s.meta.ID) {
+		n, err := s.restoreLocked(ctx)
+		notes = append(notes, n...)
+		if err != nil {
+			s.dropSandboxLocked("restore failed: " + err.Error())
+			return notes, err
+		}
+	}
+	s.meta.Status, s.meta.OwnerPid, s.meta.LostReason = Active, os.Getpid(), ""
+	return notes, s.saveLocked()
+}
+
+// reserve counts s against max_concurrent.
+func (m *Manager) reserve(s *Session) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.opts.MaxConcurrent <= 0 {
+		return nil
+	}
+	live := 0
+	for _, o := range m.sessions {
+		if o != s && o.hasSandbox() {
+			live++
+		}
+	}
+	if live >= m.opts.MaxConcurrent {
+		return fmt.Errorf("%w: %d sessions are live, the limit is %d (sessions.max_concurrent); destroy one with destroy_session", ErrLimit, live, m.opts.MaxConcurrent)
+	}
+	return nil
+}
+
+func (m *Manager) unreserve(*Session) {}
+
+func (s *Session) setSandbox(sb *sandbox.Sandbox) {
+	s.sb = sb
+	s.sbSet.Store(sb != nil)
+}
+
+// hasSandbox is read without s.mu by reserve; a stale answer only makes
+// the limit slightly early or late by one in a race.
+func (s *Session) hasSandbox() bool { return s.sbSet.Load() }
+
+func (m *Manager) hasSavedState(id string) bool {
+	_, err1 := os.Stat(filepath.Join(m.dir(id), "state.pkl"))
+	_, err2 := os.Stat(filepath.Join(m.dir(id), "workspace"))
+	return err1 == nil || err2 == nil
+}
+
+// restoreLocked copies the saved /workspace into the fresh sandbox (paused
+// while files go in) and unpickles the saved variables.
+func (s *Session) restoreLocked(ctx context.Context) ([]string, error) {
+	dir := s.m.dir(s.meta.ID)
+	root := fmt.Sprintf("/proc/%d/root", s.sb.Pid())
+	if err := s.sb.Pause(); err != nil {
+		return nil, err
+	}
+	ws := filepath.Join(dir, "workspace")
+	if _, err := os.Stat(ws); err == nil {
+		if err := copyIn(ws, root+sandbox.WorkspacePath, s.m.opts.HostUID); err != nil {
+			return nil, fmt.Errorf("restoring /workspace: %w", err)
+		}
+	}
+	pkl := filepath.Join(dir, "state.pkl")
+	_, hasState := os.Stat(pkl)
+	if hasState == nil {
+		tmp, err := os.OpenFile(root+filepath.Dir(statePath), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil, err
+		}
+		err = copyInFile(pkl, int(tmp.Fd()), filepath.Base(statePath), s.m.opts.HostUID)
+		tmp.Close()
+		if err != nil {
+			return nil, fmt.Errorf("restoring variables: %w", err)
+		}
+	}
+	if err := s.sb.Resume(); err != nil {
+		return nil, err
+	}
+	if hasState != nil {
+		return nil, nil
+	}
+	rep, err := s.sb.Client().RestoreState(ctx, statePath)
+	if err != nil {
+		return nil, fmt.Errorf("restoring variables: %w", err)
+	}
+	s.meta.Unrestored = rep.Failed
+	notes := []string{fmt.Sprintf("session %s was restored from hibernation: %d variables back", s.meta.ID, len(rep.Restored))}
+	if len(rep.Failed) > 0 {
+		notes = append(notes, fmt.Sprintf("these variables could not be restored: %v", rep.Failed))
+	}
+	return notes, nil
+}
+
+// dropSandboxLocked destroys the sandbox after it died; the session is lost.
+func (s *Session) dropSandboxLocked(reason string) {
+	if s.sb != nil {
+		_ = s.sb.Destroy()
+		s.setSandbox(nil)
+	}
+	s.meta.Status, s.meta.LostReason = Lost, reason
+	// What was saved before is no longer the session's state.
+	dir := s.m.dir(s.meta.ID)
+	os.RemoveAll(filepath.Join(dir, "workspace"))
+	os.Remove(filepath.Join(dir, "state.pkl"))
+}
+
+func (s *Session) saveLocked() error { return writeMeta(s.m.dir(s.meta.ID), &s.meta) }
+
+func readMeta(dir string) (*Meta, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return nil, err
+	}
+	var m Meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("corrupt %s: %w", filepath.Join(dir, "meta.json"), err)
+	}
+	return &m, nil
+}
+
+// writeMeta replaces meta.json atomically.
+func writeMeta(dir string, m *Meta) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, ".meta.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "meta.json"))
+}
+
+// hibernateLocked saves the namespace and /workspace to disk and destroys
+// the sandbox; the session stays listed and comes back on its next call.
+func (s *Session) hibernateLocked(ctx context.Context) error {
+	if s.sb == nil {
+		return nil
+	}
+	dir := s.m.dir(s.meta.ID)
+	s.meta.Status = Hibernating
+	if err := s.saveLocked(); err != nil {
+		return err
+	}
+	err := s.saveStateLocked(ctx, dir)
+	_ = s.sb.Destroy()
+	s.setSandbox(nil)
+	if err != nil {
+		s.meta.Status, s.meta.LostReason = Lost, "hibernation failed: "+err.Error()
+	} else {
+		s.meta.Status = Hibernated
+	}
+	return errors.Join(err, s.saveLocked())
+}
+
+func (s *Session) saveStateLocked(ctx context.Context, dir string) error {
+	sb := s.sb
+	if err := sb.Resume(); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if vars, err := sb.Client().Inspect(cctx); err == nil {
+		s.meta.Variables = vars
+	}
+	rep, err := sb.Client().PickleState(cctx, statePath)
+	if err != nil {
+		return fmt.Errorf("pickling variables: %w", err)
+	}
+	s.meta.Unrestored = rep.Failed
+	// Frozen from here: nothing inside can change a path while it is copied.
+	if err := sb.Pause(); err != nil {
+		return err
+	}
+	root := fmt.Sprintf("/proc/%d/root", sb.Pid())
+	tmp := filepath.Join(dir, ".save")
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return err
+	}
+	if err := copyOut(root+sandbox.WorkspacePath, filepath.Join(tmp, "workspace"), s.m.opts.Quota+(1<<20)); err != nil {
+		return fmt.Errorf("saving /workspace: %w", err)
+	}
+	if _, err := copyFile(root+statePath, filepath.Join(tmp, "state.pkl"), 0o600, -1, -1); err != nil {
+		return fmt.Errorf("saving variables: %w", err)
+	}
+	// Swap the new save in; a crash in between leaves either the old or
+	// the new copy, never half of one.
+	for _, n := range []string{"workspace", "state.pkl"} {
+		os.RemoveAll(filepath.Join(dir, n))
+		if err := os.Rename(filepath.Join(tmp, n), filepath.Join(dir, n)); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(tmp)
+}
+
+// release forgets a session in this process and drops its lock.
+func (m *Manager) release(s *Session) {
+	s.gone = true
+	m.mu.Lock()
+	if m.sessions[s.meta.ID] == s {
+		delete(m.sessions, s.meta.ID)
+	}
+	m.mu.Unlock()
+	if s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
+}
+
+// Destroy removes a session: its sandbox, saved state and metadata.
+func (m *Manager) Destroy(ctx context.Context, id string) error {
+	if err := ValidID(id); err != nil {
+		return err
+	}
+	s, err := m.get(ctx, id, "", false)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if s.sb != nil {
+		_ = s.sb.Destroy()
+		s.setSandbox(nil)
+	}
+	err = os.RemoveAll(m.dir(id))
+	m.release(s)
+	m.opts.OnEvent("session.destroy", id)
+	return err
+}
+
+// Document stores descriptions of variables and a note, with an
+// introspection of every user variable.
+func (m *Manager) Document(ctx context.Context, id string, vars map[string]string, note string, clear bool) (*Documented, error) {
+	var doc *Documented
+	_, err := m.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
+		intro, err := sb.Client().Inspect(ctx)
+		if err != nil {
+			return err
+		}
+		meta.Variables = intro
+		if meta.Documented == nil || clear {
+			meta.Documented = &Documented{Variables: map[string]string{}}
+		}
+		for k, v := range vars {
+			meta.Documented.Variables[k] = v
+		}
+		if note != "" || clear {
+			meta.Documented.Note = note
+		}
+		meta.Documented.Updated = time.Now().UTC()
+		meta.Documented.Introspection = intro
+		d := *meta.Documented
+		doc = &d
+		return nil
+	})
+	return doc, err
+}
+
+// State returns a session's metadata with a fresh introspection when it is
+// live in this process, else what was saved.
+func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
+	if err := ValidID(id); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	s, live := m.sessions[id]
+	m.mu.Unlock()
+	if !live {
+		meta, err := readMeta(m.dir(id))
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return meta, err
+	}
+	var out Meta
+	_, err := m.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
+		if vars, err := sb.Client().Inspect(ctx); err == nil {
+			meta.Variables = vars
+		}
+		out = *meta
+		return nil
+	})
+	_ = s
+	return &out, err
+}
+
+// List reports every session in the state dir: live ones of this process,
+// hibernated, lost, and those other processes own.
+func (m *Manager) List(ctx context.Context) ([]Info, error) {
+	ents, err := os.ReadDir(m.opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	for _, e := range ents {
+		if !e.IsDir() || ValidID(e.Name()) != nil {
+			continue
+		}
+		m.mu.Lock()
+		s, live := m.sessions[e.Name()]
+		m.mu.Unlock()
+		var info Info
+		if live && s.mu.TryLock() {
+			info = s.infoLocked()
+			s.mu.Unlock()
+		} else {
+			meta, err := readMeta(m.dir(e.Name()))
+			if err != nil {
+				continue
+			}
+			info = Info{ID: meta.ID, Image: meta.Image, Created: meta.Created, LastActive: meta.LastActive,
+				Status: meta.Status, VariableCount: len(meta.Variables)}
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+func (s *Session) infoLocked() Info {
+	info := Info{ID: s.meta.ID, Image: s.meta.Image, Created: s.meta.Created, LastActive: s.meta.LastActive,
+		Status: s.meta.Status, VariableCount: len(s.meta.Variables)}
+	if s.sb != nil {
+		if mem, err := s.sb.MemoryCurrent(); err == nil {
+			info.MemoryBytes = mem
+		}
+	}
+	return info
+}
+
+// reaper hibernates sessions idle past the timeout and deletes those past
+// their maximum lifetime.
+func (m *Manager) reaper() {
+	defer m.reaped.Done()
+	every := min(max(m.opts.IdleTimeout/10, 50*time.Millisecond), time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.reap()
+		}
+	}
+}
+
+func (m *Manager) reap() {
+	m.mu.Lock()
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	for _, s := range all {
+		if !s.mu.TryLock() {
+			continue // busy: not idle
+		}
+		idle := time.Since(s.meta.LastActive)
+		old := m.opts.MaxLifetime > 0 && time.Since(s.meta.Created) > m.opts.MaxLifetime
+		switch {
+		case old:
+			id := s.meta.ID
+			if s.sb != nil {
+				_ = s.sb.Destroy()
+				s.setSandbox(nil)
+			}
+			os.RemoveAll(m.dir(id))
+			m.release(s)
+			m.opts.OnEvent("session.destroy", id)
+			m.log.Info("session reached its maximum lifetime; destroyed", "session", id)
+		case s.sb != nil && idle > m.opts.IdleTimeout:
+			m.idleOut(s)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// idleOut frees an idle session's sandbox: hibernated when sessions
+// persist, else destroyed.
+func (m *Manager) idleOut(s *Session) {
+	id := s.meta.ID
+	if m.opts.Persist {
+		if err := s.hibernateLocked(context.Background()); err != nil {
+			m.log.Warn("hibernating idle session", "session", id, "err", err)
+		}
+		m.release(s)
+		m.log.Info("idle session hibernated", "session", id)
+		return
+	}
+	_ = s.sb.Destroy()
+	s.setSandbox(nil)
+	os.RemoveAll(m.dir(id))
+	m.release(s)
+	m.opts.OnEvent("session.destroy", id)
+	m.log.Info("idle session destroyed", "session", id)
+}
+
+// Close hibernates (or, without persistence, destroys) every session of
+// this process.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	all := make([]*Session, 0, len(m.sessions))
+	for _, s := range m.sessions {
+		all = append(all, s)
+	}
+	m.mu.Unlock()
+	close(m.stop)
+	m.reaped.Wait()
+	var errs []error
+	for _, s := range all {
+		s.mu.Lock()
+		if m.opts.Persist {
+			errs = append(errs, s.hibernateLocked(ctx))
+		} else if s.sb != nil {
+			_ = s.sb.Destroy()
+			s.setSandbox(nil)
+			os.RemoveAll(m.dir(s.meta.ID))
+		}
+		m.release(s)
+		s.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// Live is the number of sessions with a running sandbox in this process.
+func (m *Manager) Live() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, s := range m.sessions {
+		if s.hasSandbox() {
+			n++
+		}
+	}
+	return n
+}

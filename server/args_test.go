@@ -1,0 +1,122 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDecodeExecuteArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      string
+		want    ExecuteArgs
+		wantErr string // substring; "" = success
+	}{
+		{"minimal", `{"code":"print(1)"}`, ExecuteArgs{Code: "print(1)"}, ""},
+		{"all fields", `{"code":"x","session_id":"s1","backend":"jupyter","timeout":2.5,"memory":"256m","custom_image":"forge/python:3.11","environment":{"A":"1"},"mcp_tools":["gh"]}`,
+			ExecuteArgs{Code: "x", SessionID: "s1", Backend: "jupyter", Timeout: 2500 * time.Millisecond, Memory: 256 << 20,
+				CustomImage: "forge/python:3.11", Environment: map[string]string{"A": "1"}, MCPTools: []string{"gh"}}, ""},
+		{"nulls are absent", `{"code":"x","session_id":null,"timeout":null,"memory":null}`, ExecuteArgs{Code: "x"}, ""},
+		{"empty memory is default", `{"code":"x","memory":""}`, ExecuteArgs{Code: "x"}, ""},
+		{"huge timeout clamps", `{"code":"x","timeout":1e300}`, ExecuteArgs{Code: "x", Timeout: time.Duration(maxTimeoutSeconds * float64(time.Second))}, ""},
+		{"missing code", `{}`, ExecuteArgs{}, "code: is required"},
+		{"no arguments", ``, ExecuteArgs{}, "code: is required"},
+		{"null arguments", `null`, ExecuteArgs{}, "code: is required"},
+		{"empty code", `{"code":"  \n"}`, ExecuteArgs{}, "code: must not be empty"},
+		{"code not a string", `{"code":42}`, ExecuteArgs{}, "code: want a string, got number"},
+		{"timeout as string", `{"code":"x","timeout":"30"}`, ExecuteArgs{}, "timeout: want a number, got string"},
+		{"negative timeout", `{"code":"x","timeout":-1}`, ExecuteArgs{}, "timeout: is -1"},
+		{"zero timeout", `{"code":"x","timeout":0}`, ExecuteArgs{}, "timeout: is 0"},
+		{"bad memory", `{"code":"x","memory":"lots"}`, ExecuteArgs{}, "memory:"},
+		{"memory as number", `{"code":"x","memory":512}`, ExecuteArgs{}, "memory: want a string"},
+		{"bad backend", `{"code":"x","backend":"docker"}`, ExecuteArgs{}, `backend: is "docker"`},
+		{"unknown field", `{"code":"x","langauge":"py"}`, ExecuteArgs{}, `unknown field "langauge"`},
+		{"array", `[1]`, ExecuteArgs{}, "want a JSON object"},
+		{"not json", `{code:1}`, ExecuteArgs{}, "not valid JSON"},
+		{"trailing", `{"code":"x"} {}`, ExecuteArgs{}, "trailing data"},
+		{"environment values", `{"code":"x","environment":{"A":1}}`, ExecuteArgs{}, "environment"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeExecuteArgs([]byte(tc.in))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got error %v, want one containing %q", err, tc.wantErr)
+				}
+				if !errors.Is(err, ErrInvalidArguments) {
+					t.Errorf("got %v, want errors.Is(err, ErrInvalidArguments)", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got error %v, want none", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func FuzzDecodeExecuteArgs(f *testing.F) {
+	for _, s := range []string{
+		`{"code":"print(1)"}`, `{"code":"x","timeout":1e308,"memory":"9999999t"}`, `{"code":"x","memory":"0.5k"}`,
+		`{"code":"x","environment":{"a":"b"},"mcp_tools":["t"]}`, `null`, `{"code":null}`, `{"timeout":-0}`,
+		`{"code":"x","timeout":5e-324}`, `{"code":"\u0000"}`, `{"code":"x","backend":"simple"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		a, err := DecodeExecuteArgs(raw)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArguments) {
+				t.Fatalf("error %v does not match ErrInvalidArguments", err)
+			}
+			return
+		}
+		if strings.TrimSpace(a.Code) == "" || a.Timeout < 0 || a.Memory < 0 {
+			t.Fatalf("accepted bad arguments %+v from %q", a, raw)
+		}
+		if a.Backend != "" && a.Backend != BackendSimple && a.Backend != BackendJupyter {
+			t.Fatalf("accepted backend %q", a.Backend)
+		}
+		// Whatever decodes must also pass the protocol precheck.
+		msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_python","arguments":` + string(raw) + `}}`)
+		if resp := precheck(msg); resp != nil {
+			t.Fatalf("precheck refused arguments that decode: %q", raw)
+		}
+	})
+}
+
+func TestListenAddr(t *testing.T) {
+	for _, tc := range []struct {
+		in          string
+		allowRemote bool
+		want        string
+		wantErr     error
+	}{
+		{"8080", false, "127.0.0.1:8080", nil},
+		{":8080", false, "127.0.0.1:8080", nil},
+		{"127.0.0.1:0", false, "127.0.0.1:0", nil},
+		{"localhost:9", false, "localhost:9", nil},
+		{"[::1]:9", false, "[::1]:9", nil},
+		{"0.0.0.0:8080", false, "", ErrRemoteBind},
+		{"[::]:8080", false, "", ErrRemoteBind},
+		{"192.168.1.5:80", false, "", ErrRemoteBind},
+		{"example.com:80", false, "", ErrRemoteBind},
+		{"0.0.0.0:8080", true, "0.0.0.0:8080", nil},
+	} {
+		got, err := ListenAddr(tc.in, tc.allowRemote)
+		if !errors.Is(err, tc.wantErr) || got != tc.want {
+			t.Errorf("ListenAddr(%q, %v) = %q, %v; want %q, %v", tc.in, tc.allowRemote, got, err, tc.want, tc.wantErr)
+		}
+	}
+	for _, bad := range []string{"", "host", "1.2.3.4:99999", "x:y"} {
+		if _, err := ListenAddr(bad, true); err == nil {
+			t.Errorf("ListenAddr(%q) = nil error, want one", bad)
+		}
+	}
+}

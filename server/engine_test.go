@@ -1,0 +1,324 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/engine"
+)
+
+// One engine per test binary: it owns the sandbox runtime of this process.
+var (
+	realOnce sync.Once
+	realEng  *engine.Engine
+	realErr  error
+	dataOK   bool
+)
+
+// realEngine returns an engine on the shared test state directory with
+// forge/python:3.11 (and forge/python-data:3.11 when its layout is cached)
+// imported.
+func realEngine(t *testing.T) *engine.Engine {
+	t.Helper()
+	testutil.RequiresRoot(t)
+	layout := testutil.BaseImageLayout(t, "forge/python:3.11")
+	stateDir := testutil.StateDir(t)
+	realOnce.Do(func() {
+		ctx := context.Background()
+		cfg := profiles.Default()
+		cfg.StateDir = stateDir
+		cfg.Pool.Size = 1
+		cfg.Server.ShutdownGrace = profiles.Duration(5 * time.Second)
+		if realEng, realErr = engine.New(ctx, engine.Options{Config: cfg}); realErr != nil {
+			return
+		}
+		if _, realErr = realEng.Store().Pull(ctx, "oci:"+layout); realErr != nil {
+			return
+		}
+		if dl := testutil.LayoutDir("forge/python-data:3.11"); fileExists(dl + "/index.json") {
+			_, err := realEng.Store().Pull(ctx, "oci:"+dl)
+			dataOK = err == nil
+		}
+	})
+	if realErr != nil {
+		t.Fatalf("starting the engine: %v", realErr)
+	}
+	return realEng
+}
+
+func closeRealEngine() {
+	if realEng != nil {
+		realEng.Close(5 * time.Second)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func structured(t *testing.T, r *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(r.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
+	return m
+}
+
+func TestExecuteReal(t *testing.T) {
+	c := connect(t, New(realEngine(t), Options{}))
+	t.Run("print", func(t *testing.T) {
+		res, err := call(t, c, map[string]any{"code": "print(1)"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || !strings.Contains(text(res), "stdout:\n1") || structured(t, res)["stdout"] != "1\n" {
+			t.Errorf("got isError=%v %q %v, want stdout 1", res.IsError, text(res), res.StructuredContent)
+		}
+	})
+	t.Run("result", func(t *testing.T) {
+		res, err := call(t, c, map[string]any{"code": "x = 6\nx * 7", "timeout": 10, "memory": "256m"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || structured(t, res)["result"] != float64(42) || !strings.Contains(text(res), "result:\n42") {
+			t.Errorf("got isError=%v %q, want result 42", res.IsError, text(res))
+		}
+	})
+	t.Run("failing cell", func(t *testing.T) {
+		res, err := call(t, c, map[string]any{"code": "print('before')\nraise ValueError('boom')"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := structured(t, res)
+		e, _ := sc["error"].(map[string]any)
+		if !res.IsError || e["type"] != "ValueError" || !strings.Contains(text(res), `line 2`) || !strings.Contains(text(res), "before") {
+			t.Errorf("got isError=%v %q %v, want a ValueError at line 2 with the output", res.IsError, text(res), sc)
+		}
+	})
+	t.Run("timed out", func(t *testing.T) {
+		res, err := call(t, c, map[string]any{"code": "while True: pass", "timeout": 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || structured(t, res)["timed_out"] != true || !strings.Contains(text(res), "timeout") {
+			t.Errorf("got isError=%v %q, want a timed-out tool error", res.IsError, text(res))
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{"timeout over max", map[string]any{"code": "1", "timeout": 301}, "execution.max_timeout"},
+		{"memory over max", map[string]any{"code": "1", "memory": "3g"}, "2g"},
+		{"image not allowed", map[string]any{"code": "1", "custom_image": "docker.io/library/python:3.12"}, "not allowed"},
+		{"code too large", map[string]any{"code": "#" + strings.Repeat("x", 1<<20)}, "execution.max_code_size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := call(t, c, tc.args)
+			if err != nil {
+				t.Fatalf("got protocol error %v, want a tool error", err)
+			}
+			if !res.IsError || !strings.Contains(text(res), tc.want) {
+				t.Errorf("got isError=%v %q, want a tool error naming %q", res.IsError, text(res), tc.want)
+			}
+		})
+	}
+}
+
+func TestPlotReal(t *testing.T) {
+	eng := realEngine(t)
+	testutil.BaseImageLayout(t, "forge/python-data:3.11")
+	if !dataOK {
+		t.Fatal("importing forge/python-data:3.11 failed")
+	}
+	c := connect(t, New(eng, Options{}))
+	res, err := call(t, c, map[string]any{"custom_image": "forge/python-data:3.11", "timeout": 60,
+		"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imgs int
+	for _, c := range res.Content {
+		if img, ok := c.(mcp.ImageContent); ok && img.MIMEType == "image/png" && len(img.Data) > 100 {
+			imgs++
+		}
+	}
+	if res.IsError || imgs != 1 {
+		t.Errorf("got isError=%v, %d png images, text %q; want one image", res.IsError, imgs, text(res))
+	}
+}
+
+func TestResourcesReal(t *testing.T) {
+	c := connect(t, New(realEngine(t), Options{Version: "t"}))
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = uriEnvironments
+	res, err := c.ReadResource(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list EnvironmentList
+	if err := json.Unmarshal([]byte(res.Contents[0].(mcp.TextResourceContents).Text), &list); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, img := range list.Images {
+		if img.Name == "forge/python:3.11" {
+			found = img.Present && img.Allowed && img.Python == "3.11"
+		}
+	}
+	if !found {
+		t.Errorf("got images %+v, want forge/python:3.11, present, allowed, python 3.11", list.Images)
+	}
+	req.Params.URI = uriEnvironmentInfo
+	if res, err = c.ReadResource(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	var info EnvironmentInfo
+	if err := json.Unmarshal([]byte(res.Contents[0].(mcp.TextResourceContents).Text), &info); err != nil {
+		t.Fatal(err)
+	}
+	if !info.DefaultImage.Present || info.DefaultImage.Python != "3.11" {
+		t.Errorf("got default image %+v, want present with python 3.11", info.DefaultImage)
+	}
+}
+
+// TestStdinEOFDrains: the client closes stdin while code runs; the reply
+// still arrives, and ServeStdio returns after it.
+func TestStdinEOFDrains(t *testing.T) {
+	s := New(realEngine(t), Options{})
+	in, out := strings.NewReader(strings.Join([]string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute_python","arguments":{"code":"import time\ntime.sleep(1)\nprint('done')"}}}`,
+	}, "\n")+"\n"), &syncBuffer{}
+	start := time.Now()
+	if err := s.ServeStdio(t.Context(), in, out); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("ServeStdio returned after %s, before the 1 s execution finished", d)
+	}
+	var got bool
+	sc := bufio.NewScanner(strings.NewReader(out.String()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m struct {
+			ID     int
+			Result struct{ StructuredContent struct{ Stdout string } }
+		}
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m.ID == 2 {
+			got = m.Result.StructuredContent.Stdout == "done\n"
+		}
+	}
+	if !got {
+		t.Errorf("no reply with stdout done to the call in flight at EOF; output:\n%s", out)
+	}
+}
+
+// TestShutdownKillsAfterGrace: code that outlives the grace period is killed
+// and answered, and ServeStdio returns about when the grace period ends.
+func TestShutdownKillsAfterGrace(t *testing.T) {
+	eng := realEngine(t)
+	s := New(eng, Options{})
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- s.ServeStdio(ctx, pr, out) }()
+	fmt.Fprintln(pw, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	fmt.Fprintln(pw, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute_python","arguments":{"code":"import time\nprint('started', flush=True)\ntime.sleep(60)","timeout":120}}}`)
+	time.Sleep(time.Second) // let the code start; a shutdown then must wait for it
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ServeStdio did not return within 30 s of the shutdown")
+	}
+	grace := s.shutdownGrace()
+	if d := time.Since(start); d < grace-100*time.Millisecond || d > grace+10*time.Second {
+		t.Errorf("shutdown took %s, want about the grace period %s", d, grace)
+	}
+	if !strings.Contains(out.String(), `"id":2`) {
+		t.Errorf("the killed call got no reply; output:\n%s", out)
+	}
+	pw.Close()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestHTTPReal(t *testing.T) {
+	s := New(realEngine(t), Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.ServeHTTP(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ServeHTTP: %v", err)
+		}
+	}()
+	c, err := client.NewStreamableHttpClient("http://" + ln.Addr().String() + EndpointPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	if _, err := c.Initialize(t.Context(), init); err != nil {
+		t.Fatal(err)
+	}
+	res, err := call(t, c, map[string]any{"code": "print(2 + 2)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || structured(t, res)["stdout"] != "4\n" {
+		t.Errorf("got isError=%v %q, want stdout 4", res.IsError, text(res))
+	}
+	if _, err := call(t, c, map[string]any{"code": false}); err == nil || !strings.Contains(err.Error(), "invalid") {
+		t.Errorf("malformed arguments over HTTP: got %v, want an invalid-params error", err)
+	}
+}

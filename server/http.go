@@ -1,0 +1,206 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-forge/forge/server/audit"
+)
+
+// EndpointPath is where the streamable HTTP transport listens.
+const EndpointPath = "/mcp"
+
+// ListenAddr checks and completes the --http address: a bare port or
+// ":port" means 127.0.0.1:port; a host that is not loopback (including the
+// wildcard addresses) is refused unless allowRemote.
+func ListenAddr(addr string, allowRemote bool) (string, error) {
+	addr = strings.TrimSpace(addr)
+	if _, err := strconv.ParseUint(addr, 10, 16); err == nil {
+		addr = ":" + addr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("HTTP address %q: want HOST:PORT, :PORT or PORT", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", fmt.Errorf("HTTP address %q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if !allowRemote && !isLoopbackName(host) {
+		return "", fmt.Errorf("%w %q: forge runs code for whoever can reach it, and the HTTP transport has no authentication. "+
+			"Bind to 127.0.0.1 (the default), or pass --allow-remote and set server.allowed_hosts (and allowed_origins) "+
+			"if you really mean to expose it, behind an authenticating proxy", ErrRemoteBind, addr)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// isLoopbackName reports whether host (without port; IPv6 with or without
+// brackets) names the loopback interface.
+func isLoopbackName(host string) bool {
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// HTTPHandler is the streamable HTTP transport at EndpointPath behind the
+// DNS-rebinding guard. The returned shutdown func closes open SSE streams.
+func (s *Server) HTTPHandler() (http.Handler, func(context.Context) error) {
+	opts := []mcpserver.StreamableHTTPOption{
+		mcpserver.WithEndpointPath(EndpointPath),
+		mcpserver.WithStreamableHTTPLogger(s.log),
+		mcpserver.WithSessionIdleTTL(time.Hour),
+		// forge's own guard below checks Host and Origin against the
+		// configuration; mcp-go's checks only Host, only on loopback.
+		mcpserver.WithDisableLocalhostProtection(true),
+	}
+	if len(s.cfg.Server.AllowedOrigins) > 0 {
+		opts = append(opts, mcpserver.WithStreamableHTTPCORS(mcpserver.WithCORSAllowedOrigins(s.cfg.Server.AllowedOrigins...)))
+	}
+	mcpHTTP := mcpserver.NewStreamableHTTPServer(s.mcp, opts...)
+	mux := http.NewServeMux()
+	mux.Handle(EndpointPath, s.precheckHTTP(mcpHTTP))
+	return s.guard(mux), mcpHTTP.Shutdown
+}
+
+// ServeHTTP serves the HTTP transport on ln until ctx is cancelled, then
+// shuts down gracefully: open streams are closed, running executions get
+// server.shutdown_grace, and ServeHTTP returns when every request is done.
+func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
+	h, closeStreams := s.HTTPHandler()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	var err error
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+	}
+	grace := s.shutdownGrace()
+	s.beginDrain(grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace+5*time.Second)
+	defer cancel()
+	_ = closeStreams(sctx) // only ends SSE streams: nothing to report
+	if serr := srv.Shutdown(sctx); serr != nil {
+		srv.Close()
+		err = errors.Join(err, serr)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// guard rejects requests whose Host or Origin is neither loopback nor
+// configured (server.allowed_hosts, server.allowed_origins) with 403: a web
+// page must not reach a local forge through DNS rebinding.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ok, why := s.hostAllowed(r.Host); !ok {
+			s.reject(w, r, why)
+			return
+		}
+		if origin := r.Header.Get("Origin"); origin != "" {
+			if ok, why := s.originAllowed(origin); !ok {
+				s.reject(w, r, why)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, why string) {
+	s.log.Warn("HTTP request rejected", "reason", why, "remote", r.RemoteAddr)
+	s.audit.Log(audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical,
+		Reason: "HTTP request rejected: " + why, Fields: map[string]any{"remote": r.RemoteAddr}})
+	http.Error(w, "Forbidden: "+why, http.StatusForbidden)
+}
+
+func (s *Server) hostAllowed(hostport string) (bool, string) {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.Trim(host, "[]"))
+	if host == "" {
+		return false, "missing Host header"
+	}
+	if isLoopbackName(host) {
+		return true, ""
+	}
+	for _, a := range s.cfg.Server.AllowedHosts {
+		if strings.EqualFold(strings.Trim(a, "[]"), host) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("Host %q is not allowed (server.allowed_hosts)", truncate(hostport, 100))
+}
+
+func (s *Server) originAllowed(origin string) (bool, string) {
+	norm := strings.ToLower(strings.TrimSuffix(origin, "/"))
+	for _, a := range s.cfg.Server.AllowedOrigins {
+		if a == "*" || strings.ToLower(strings.TrimSuffix(a, "/")) == norm {
+			return true, ""
+		}
+	}
+	if u, err := url.Parse(origin); err == nil && (u.Scheme == "http" || u.Scheme == "https") && isLoopbackName(u.Hostname()) {
+		return true, ""
+	}
+	return false, fmt.Sprintf("Origin %q is not allowed (server.allowed_origins)", truncate(origin, 100))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// precheckHTTP answers POSTed tool calls with malformed arguments with an
+// invalid-params error, as HandleMessage does for stdio.
+func (s *Server) precheckHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxStdioMessage))
+		if err != nil {
+			http.Error(w, "reading request body: "+err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		if resp := precheck(body); resp != nil {
+			w.Header().Set("Content-Type", "application/json")
+			if sid := r.Header.Get(mcpserver.HeaderKeySessionID); sid != "" {
+				w.Header().Set(mcpserver.HeaderKeySessionID, sid)
+			}
+			_ = json.NewEncoder(w).Encode(resp)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}

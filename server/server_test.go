@@ -1,0 +1,406 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-forge/forge/internal/hooks"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/kernel"
+)
+
+func TestMain(m *testing.M) {
+	if hooks.Reexec() {
+		return
+	}
+	code := m.Run()
+	closeRealEngine()
+	os.Exit(code)
+}
+
+// stubEngine answers Execute with a fixed reply; for the tests of the MCP
+// surface that need no sandbox.
+type stubEngine struct {
+	cfg *profiles.Config
+	res *kernel.Result
+	err error
+
+	mu   sync.Mutex
+	reqs []engine.Request
+}
+
+func newStub() *stubEngine {
+	cfg := profiles.Default()
+	cfg.StateDir = "/nonexistent"
+	return &stubEngine{cfg: cfg, res: &kernel.Result{Success: true, Stdout: "stub\n"}}
+}
+
+func (e *stubEngine) Execute(_ context.Context, req engine.Request) (*kernel.Result, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reqs = append(e.reqs, req)
+	return e.res, e.err
+}
+func (e *stubEngine) Config() *profiles.Config { return e.cfg }
+func (e *stubEngine) Store() *rootfs.Store     { return nil }
+
+func (e *stubEngine) calls() []engine.Request {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]engine.Request(nil), e.reqs...)
+}
+
+// connect serves s over stdio through pipes and returns an initialized
+// mcp-go client of it; cleanup closes the client and waits for the server.
+func connect(t *testing.T, s *Server) *client.Client {
+	t.Helper()
+	toServer, clientOut := io.Pipe()
+	clientIn, fromServer := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := s.ServeStdio(context.Background(), toServer, fromServer)
+		fromServer.Close()
+		done <- err
+	}()
+	c := client.NewClient(transport.NewIO(clientIn, clientOut, io.NopCloser(strings.NewReader(""))))
+	t.Cleanup(func() {
+		c.Close()
+		if err := <-done; err != nil {
+			t.Errorf("ServeStdio: %v", err)
+		}
+	})
+	ctx := t.Context()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "forge-test", Version: "1"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	return c
+}
+
+func call(t *testing.T, c *client.Client, args any) (*mcp.CallToolResult, error) {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = toolExecute
+	req.Params.Arguments = args
+	return c.CallTool(t.Context(), req)
+}
+
+func text(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestToolsList(t *testing.T) {
+	c := connect(t, New(newStub(), Options{Version: "test"}))
+	res, err := c.ListTools(t.Context(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tools) != 1 || res.Tools[0].Name != toolExecute {
+		t.Fatalf("got tools %+v, want only %s", res.Tools, toolExecute)
+	}
+	tool := res.Tools[0]
+	a := tool.Annotations
+	if a.Title == "" || a.ReadOnlyHint == nil || *a.ReadOnlyHint || a.OpenWorldHint == nil || *a.OpenWorldHint ||
+		a.DestructiveHint == nil || *a.DestructiveHint || a.IdempotentHint == nil || *a.IdempotentHint {
+		t.Errorf("got annotations %+v, want a title and all hints false", a)
+	}
+	for _, want := range []string{"at most 5m", "at most 2g", "no network"} {
+		if !strings.Contains(tool.Description, want) {
+			t.Errorf("description lacks %q:\n%s", want, tool.Description)
+		}
+	}
+	if tool.OutputSchema.Type != "object" || tool.OutputSchema.Properties["stdout"] == nil {
+		t.Errorf("got output schema %+v, want the ExecutionResult schema", tool.OutputSchema)
+	}
+	if tool.InputSchema.Required[0] != "code" {
+		t.Errorf("got required %v, want [code]", tool.InputSchema.Required)
+	}
+}
+
+func TestInitializeInstructions(t *testing.T) {
+	s := New(newStub(), Options{Version: "test"})
+	toServer, clientOut := io.Pipe()
+	clientIn, fromServer := io.Pipe()
+	go s.ServeStdio(context.Background(), toServer, fromServer)
+	c := client.NewClient(transport.NewIO(clientIn, clientOut, io.NopCloser(strings.NewReader(""))))
+	defer c.Close()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	res, err := c.Initialize(t.Context(), init)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Stateless", "matplotlib", "display(", "No network", "timeout: 30s by default, at most 5m"} {
+		if !strings.Contains(res.Instructions, want) {
+			t.Errorf("instructions lack %q", want)
+		}
+	}
+	if res.Capabilities.Logging == nil || res.Capabilities.Tools == nil || res.Capabilities.Resources == nil {
+		t.Errorf("got capabilities %+v, want logging, tools and resources", res.Capabilities)
+	}
+	if res.ServerInfo.Version != "test" {
+		t.Errorf("got version %q, want test", res.ServerInfo.Version)
+	}
+}
+
+func TestProtocolErrors(t *testing.T) {
+	stub := newStub()
+	c := connect(t, New(stub, Options{}))
+	for _, args := range []any{
+		map[string]any{},
+		map[string]any{"code": 1},
+		map[string]any{"code": "x", "timeout": "10"},
+		map[string]any{"code": "x", "timeout": -5},
+		map[string]any{"code": "x", "memory": "much"},
+		map[string]any{"code": "x", "backend": "docker"},
+		map[string]any{"code": "x", "unknown": true},
+		[]any{"print(1)"},
+	} {
+		res, err := call(t, c, args)
+		if !errors.Is(err, mcp.ErrInvalidParams) {
+			t.Errorf("arguments %v: got %v, %v; want a JSON-RPC invalid-params error", args, res, err)
+		}
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "no_such_tool"
+	if _, err := c.CallTool(t.Context(), req); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("unknown tool: got %v, want a protocol error saying not found", err)
+	}
+	if n := len(stub.calls()); n != 0 {
+		t.Errorf("engine called %d times for malformed requests, want 0", n)
+	}
+}
+
+func TestUnsupportedArguments(t *testing.T) {
+	stub := newStub()
+	c := connect(t, New(stub, Options{}))
+	for _, tc := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"code": "x", "session_id": "abc"}, "sessions are not available yet in this build"},
+		{map[string]any{"code": "x", "backend": "jupyter"}, "sessions are not available yet in this build"},
+		{map[string]any{"code": "x", "environment": map[string]string{"A": "1"}}, "environment"},
+		{map[string]any{"code": "x", "mcp_tools": []string{"github"}}, "code mode"},
+	} {
+		res, err := call(t, c, tc.args)
+		if err != nil {
+			t.Fatalf("%v: got protocol error %v, want a tool error", tc.args, err)
+		}
+		if !res.IsError || !strings.Contains(text(res), tc.want) {
+			t.Errorf("%v: got isError=%v %q, want a tool error containing %q", tc.args, res.IsError, text(res), tc.want)
+		}
+	}
+	if n := len(stub.calls()); n != 0 {
+		t.Errorf("engine called %d times, want 0", n)
+	}
+}
+
+func TestEngineErrors(t *testing.T) {
+	stub := newStub()
+	c := connect(t, New(stub, Options{}))
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)", engine.ErrInvalidRequest), "Request refused: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)"},
+		{errors.New("libcontainer exploded"), "not of your code): libcontainer exploded"},
+		{engine.ErrClosed, "shutting down"},
+	} {
+		stub.err = tc.err
+		res, err := call(t, c, map[string]any{"code": "x", "timeout": 600, "memory": "1g", "custom_image": "forge/python:3.11"})
+		if err != nil {
+			t.Fatalf("got protocol error %v, want a tool error", err)
+		}
+		if !res.IsError || text(res) != tc.want && !strings.Contains(text(res), tc.want) {
+			t.Errorf("got isError=%v %q, want a tool error containing %q", res.IsError, text(res), tc.want)
+		}
+		if res.StructuredContent != nil {
+			t.Errorf("got structured content %v for a refused request, want none", res.StructuredContent)
+		}
+	}
+	got := stub.calls()[0]
+	if got.Timeout.Seconds() != 600 || got.Memory != 1<<30 || got.Image != "forge/python:3.11" || got.Client != "forge-test/1" {
+		t.Errorf("got engine request %+v, want timeout 600s, memory 1g, the image and client forge-test/1", got)
+	}
+}
+
+func TestRenderResult(t *testing.T) {
+	png := "iVBORw0KGgo="
+	r := renderResult(&kernel.Result{
+		Success: false, Stdout: "hi\n", Stderr: "warn\n", Result: map[string]any{"a": 1},
+		Display: []kernel.Display{{MimeType: "image/png", Data: png}, {MimeType: "image/svg+xml", Data: "<svg/>"},
+			{MimeType: "text/html", Data: "<b>x</b>"}, {MimeType: "application/x-weird", Data: "?"}},
+		Error:     &kernel.ExecError{Type: "ValueError", Message: "bad", Traceback: "Traceback...\nValueError: bad\n"},
+		Truncated: true, TimedOut: true, OOMKilled: true,
+	})
+	if !r.IsError {
+		t.Error("got isError false for a failed run")
+	}
+	txt := r.Content[0].(mcp.TextContent).Text
+	for _, want := range []string{"stdout:\nhi", "stderr:\nwarn", `result:\n{"a":1}`, "error:\nTraceback...\nValueError: bad", "1 image(s)", "truncated", "timeout", "out of memory"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("text lacks %q:\n%s", want, txt)
+		}
+	}
+	if len(r.Content) != 4 {
+		t.Fatalf("got %d contents, want text, image, svg and html", len(r.Content))
+	}
+	if img, ok := r.Content[1].(mcp.ImageContent); !ok || img.Data != png || img.MIMEType != "image/png" {
+		t.Errorf("got %#v, want the png as image content", r.Content[1])
+	}
+	if res, ok := r.Content[2].(mcp.EmbeddedResource); !ok || res.Resource.(mcp.TextResourceContents).MIMEType != "image/svg+xml" {
+		t.Errorf("got %#v, want the svg as an embedded resource", r.Content[2])
+	}
+	if empty := resultText(&kernel.Result{Success: true}); !strings.Contains(empty, "no output") {
+		t.Errorf("got %q for an empty run, want a no-output note", empty)
+	}
+	// structuredContent must satisfy the declared schema's required fields.
+	b, _ := json.Marshal(renderResult(&kernel.Result{Success: true}).StructuredContent)
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	var schema struct{ Required []string }
+	json.Unmarshal(outputSchema, &schema)
+	for _, k := range schema.Required {
+		if _, ok := m[k]; !ok {
+			t.Errorf("structured content lacks required %q: %s", k, b)
+		}
+	}
+	if string(mustJSON(m["display"])) != "[]" {
+		t.Errorf("got display %s, want []", mustJSON(m["display"]))
+	}
+}
+
+func mustJSON(v any) []byte { b, _ := json.Marshal(v); return b }
+
+func TestResourcesStub(t *testing.T) {
+	c := connect(t, New(newStub(), Options{Version: "9.9", Host: func() any { return map[string]bool{"user_ns": true} }}))
+	list, err := c.ListResources(t.Context(), mcp.ListResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Resources) != 3 {
+		t.Errorf("got %d resources, want 3", len(list.Resources))
+	}
+	read := func(uri string) map[string]any {
+		req := mcp.ReadResourceRequest{}
+		req.Params.URI = uri
+		res, err := c.ReadResource(t.Context(), req)
+		if err != nil {
+			t.Fatalf("%s: %v", uri, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(res.Contents[0].(mcp.TextResourceContents).Text), &m); err != nil {
+			t.Fatalf("%s: %v", uri, err)
+		}
+		return m
+	}
+	if tools := read(uriToolsAvailable)["tools"].([]any); len(tools) != 0 {
+		t.Errorf("got tools %v, want none", tools)
+	}
+	info := read(uriEnvironmentInfo)
+	if info["forge_version"] != "9.9" || info["limits"].(map[string]any)["max_memory"] != "2g" || info["kernel_features"] == nil {
+		t.Errorf("got environment info %v, want version 9.9, max_memory 2g and kernel features", info)
+	}
+	if imgs := read(uriEnvironments)["images"].([]any); len(imgs) != 0 {
+		t.Errorf("got images %v from an engine without a store, want none", imgs)
+	}
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = "forge://nope"
+	if _, err := c.ReadResource(t.Context(), req); err == nil {
+		t.Error("reading an unknown resource succeeded, want an error")
+	}
+}
+
+func TestSetLevel(t *testing.T) {
+	c := connect(t, New(newStub(), Options{}))
+	req := mcp.SetLevelRequest{}
+	req.Params.Level = mcp.LoggingLevelDebug
+	if err := c.SetLevel(t.Context(), req); err != nil {
+		t.Fatalf("logging/setLevel: %v", err)
+	}
+	if err := c.Ping(t.Context()); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+}
+
+func TestGuard(t *testing.T) {
+	stub := newStub()
+	stub.cfg.Server.AllowedHosts = []string{"forge.internal"}
+	stub.cfg.Server.AllowedOrigins = []string{"https://app.example"}
+	h, _ := New(stub, Options{}).HTTPHandler()
+	for _, tc := range []struct {
+		host, origin string
+		want         int
+	}{
+		{"127.0.0.1:8080", "", http.StatusOK},
+		{"localhost:8080", "http://localhost:8080", http.StatusOK},
+		{"[::1]:8080", "http://[::1]:8080", http.StatusOK},
+		{"forge.internal:8080", "https://app.example", http.StatusOK},
+		{"evil.example.com", "", http.StatusForbidden},
+		{"evil.example.com:8080", "http://evil.example.com:8080", http.StatusForbidden},
+		{"127.0.0.1:8080", "http://evil.example.com", http.StatusForbidden},
+		{"127.0.0.1:8080", "null", http.StatusForbidden},
+		{"", "", http.StatusForbidden},
+	} {
+		body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+		r := httptest.NewRequest(http.MethodPost, "http://x"+EndpointPath, strings.NewReader(body))
+		r.Host = tc.host
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("Accept", "application/json, text/event-stream")
+		if tc.origin != "" {
+			r.Header.Set("Origin", tc.origin)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("Host %q Origin %q: got %d, want %d (%s)", tc.host, tc.origin, w.Code, tc.want, w.Body)
+		}
+	}
+}
+
+func TestHTTPPrecheck(t *testing.T) {
+	h, _ := New(newStub(), Options{}).HTTPHandler()
+	body := `{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"execute_python","arguments":{"code":7}}}`
+	r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+EndpointPath, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Accept", "application/json, text/event-stream")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	var resp struct {
+		ID    string
+		Error struct{ Code int }
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.ID != "a" || resp.Error.Code != mcp.INVALID_PARAMS {
+		t.Errorf("got %d %s, want a JSON-RPC invalid-params error for id a", w.Code, w.Body)
+	}
+}
