@@ -208,7 +208,9 @@ func (s *Store) Close() error {
 		errs = append(errs, s.unmountLocked(m))
 		delete(s.mounts, id)
 	}
-	if _, err := s.store.Shutdown(false); err != nil {
+	// Another forge process sharing the state dir may still have layers
+	// mounted; never force-unmount them (Shutdown(true) would).
+	if _, err := s.store.Shutdown(false); err != nil && !errors.Is(err, storage.ErrLayerUsedByContainer) {
 		errs = append(errs, err)
 	}
 	s.policy.Destroy()

@@ -267,7 +267,7 @@ func TestRenderResult(t *testing.T) {
 		t.Error("got isError false for a failed run")
 	}
 	txt := r.Content[0].(mcp.TextContent).Text
-	for _, want := range []string{"stdout:\nhi", "stderr:\nwarn", `result:\n{"a":1}`, "error:\nTraceback...\nValueError: bad", "1 image(s)", "truncated", "timeout", "out of memory"} {
+	for _, want := range []string{"stdout:\nhi", "stderr:\nwarn", "result:\n{\"a\":1}", "error:\nTraceback...\nValueError: bad", "1 image(s)", "truncated", "timeout", "out of memory"} {
 		if !strings.Contains(txt, want) {
 			t.Errorf("text lacks %q:\n%s", want, txt)
 		}
@@ -372,7 +372,7 @@ func TestGuard(t *testing.T) {
 		{"127.0.0.1:8080", "null", http.StatusForbidden},
 		{"", "", http.StatusForbidden},
 	} {
-		body := `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
 		r := httptest.NewRequest(http.MethodPost, "http://x"+EndpointPath, strings.NewReader(body))
 		r.Host = tc.host
 		r.Header.Set("Content-Type", "application/json")

@@ -66,7 +66,9 @@ type Meta struct {
 	// Variables is the last known introspection (after document_state,
 	// a variables read, or hibernation).
 	Variables []kernel.Variable `json:"variables,omitempty"`
-	// Unrestored names the variables the last restore could not bring back.
+	// Unsaved names the variables the last hibernation could not pickle;
+	// Unrestored those the last restore could not bring back (both).
+	Unsaved    []string `json:"unsaved,omitempty"`
 	Unrestored []string `json:"unrestored,omitempty"`
 }
 
@@ -407,7 +409,8 @@ func (s *Session) restoreLocked(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("restoring variables: %w", err)
 	}
-	s.meta.Unrestored = rep.Failed
+	s.meta.Unrestored = append(append([]string(nil), s.meta.Unsaved...), rep.Failed...)
+	rep.Failed = s.meta.Unrestored
 	notes := []string{fmt.Sprintf("session %s was restored from hibernation: %d variables back", s.meta.ID, len(rep.Restored))}
 	if len(rep.Failed) > 0 {
 		notes = append(notes, fmt.Sprintf("these variables could not be restored: %v", rep.Failed))
@@ -491,7 +494,7 @@ func (s *Session) saveStateLocked(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("pickling variables: %w", err)
 	}
-	s.meta.Unrestored = rep.Failed
+	s.meta.Unsaved = rep.Failed
 	// Frozen from here: nothing inside can change a path while it is copied.
 	if err := sb.Pause(); err != nil {
 		return err

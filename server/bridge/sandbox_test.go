@@ -1,0 +1,107 @@
+package bridge_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/internal/hooks"
+	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/server/bridge"
+)
+
+func TestMain(m *testing.M) {
+	if hooks.Reexec() {
+		return
+	}
+	code := m.Run()
+	if err := testenv.Close(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		code = 1
+	}
+	if testServer.dir != "" {
+		os.RemoveAll(testServer.dir)
+	}
+	os.Exit(code)
+}
+
+// TestSandbox is code mode end to end, minus the engine: a pre-started
+// sandbox with its own bridge directory, a grant made afterwards (as for a
+// warm sandbox taken from the pool), the prelude run as an ordinary exec,
+// then user code that calls the tools from uid 1000 in a user namespace
+// (host uid 101000) without network, across two executions.
+func TestSandbox(t *testing.T) {
+	rt, root := testenv.Runtime(t)
+	ctx := context.Background()
+	// The sandbox user must be able to traverse the directory; it is
+	// mounted read-only, so it cannot write there.
+	dir := filepath.Join(t.TempDir(), "bridge")
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, BridgeDir: dir,
+		Limits: cgroups.Limits{MemoryBytes: 256 << 20, CPUs: 1, Pids: 64}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer func() {
+		if err := sb.Destroy(); err != nil {
+			t.Errorf("Destroy: %v", err)
+		}
+	}()
+
+	servers := testServers(t, bridge.ServerConfig{MaxCalls: 5})
+	const hostUID = 100000 + 1000 // sandbox.Config defaults: UIDBase + UID
+	b, err := bridge.New(ctx, bridge.Options{Servers: servers, SocketUID: hostUID, SocketGID: hostUID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	g, err := b.Grant(ctx, sb.ID(), dir, []string{"add", "echo", "fail", "env_probe"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+
+	exec := func(code string) string {
+		t.Helper()
+		res, err := sb.Exec(ctx, code, sandbox.ExecOptions{Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatalf("Exec: %v", err)
+		}
+		if !res.Success {
+			t.Fatalf("code failed: %+v\nstdout: %s", res.Error, res.Stdout)
+		}
+		return strings.TrimSpace(res.Stdout)
+	}
+	exec(g.Prelude())
+	out := exec(`
+import os, json, socket, mcp_tools
+print(os.getuid(), add(2, 3)["sum"], echo("hi"))
+try:
+    fail("nope")
+except mcp_tools.ToolError as e:
+    print("raised", e)
+print("secret visible:", "FORGE_TEST_SECRET" in os.environ, "server has it:", env_probe()["set"])
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/forge/bridge.sock")
+s.sendall(b'{"tool":"big","arguments":{"bytes":1}}\n')
+print(json.loads(s.makefile().readline())["error"]["kind"])
+`)
+	want := "1000 5 hi\nraised nope\nsecret visible: False server has it: True\nnot_granted"
+	if out != want {
+		t.Errorf("first execution: got\n%s\nwant\n%s", out, want)
+	}
+	// The next execution of the session: the namespace keeps the functions,
+	// the call count starts again.
+	g.Reset()
+	if out := exec(`print(sum(add(i, i)["sum"] for i in range(5)))`); out != "20" {
+		t.Errorf("second execution: got %q", out)
+	}
+}
