@@ -144,6 +144,7 @@ func cmdGC(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	fmt.Fprintf(g.stdout, "sandboxes removed: %d, cgroups removed: %d\n", len(rep.Sandboxes), len(rep.Cgroups))
-	fmt.Fprintf(g.stdout, "store: %+v\n", srep)
+	fmt.Fprintf(g.stdout, "store: dead processes %d, mounts removed %d, temp bytes freed %d\n",
+		len(srep.DeadProcesses), len(srep.Unmounted), srep.TempBytes)
 	return nil
 }

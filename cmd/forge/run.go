@@ -31,14 +31,15 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	cpus := fs.String("cpus", "", "")
 	asJSON := fs.Bool("json", false, "")
 	file := fs.String("f", "", "")
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(g.stdout, runUsage)
 			return nil
 		}
 		return usagef("run: %v\n\n%s", err, runUsage)
 	}
-	code, err := readCode(g.stdin, *file, fs.Args())
+	code, err := readCode(g.stdin, *file, pos)
 	if err != nil {
 		return err
 	}

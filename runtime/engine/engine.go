@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
@@ -47,11 +48,11 @@ type Engine struct {
 	max      cgroups.Limits
 	def      cgroups.Limits
 
-	mu     sync.Mutex
-	closed bool
-	pools  map[string]*pool.Pool // by image
-	active sync.WaitGroup        // executions in flight
-	bg     sync.WaitGroup        // background destroys
+	mu       sync.Mutex
+	closed   bool
+	pools    map[string]*pool.Pool // by image
+	inflight atomic.Int64          // executions in flight
+	bg       sync.WaitGroup        // background destroys
 }
 
 // New opens the image store and the sandbox runtime (both clean up what
@@ -215,7 +216,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, erro
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
-	defer e.active.Done()
+	defer e.inflight.Add(-1)
 	plan, err := e.Validate(req)
 	if err != nil {
 		return nil, err
@@ -313,7 +314,7 @@ func (e *Engine) enter() error {
 	if e.closed {
 		return ErrClosed
 	}
-	e.active.Add(1)
+	e.inflight.Add(1)
 	return nil
 }
 
@@ -323,12 +324,14 @@ func (e *Engine) Close(grace time.Duration) error {
 	e.mu.Lock()
 	e.closed = true
 	e.mu.Unlock()
-	done := make(chan struct{})
-	go func() { e.active.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		e.log.Warn("executions still running after the shutdown grace period; killing them")
+	// Poll with a deadline: executions end on their own or are killed
+	// with their sandboxes below.
+	deadline := time.Now().Add(grace)
+	for e.inflight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.inflight.Load(); n > 0 {
+		e.log.Warn("executions still running after the shutdown grace period; killing them", "running", n)
 	}
 	e.mu.Lock()
 	pools := e.pools

@@ -297,9 +297,11 @@ func (b *Bridge) Close() error {
 }
 
 func (b *Bridge) stopServers() error {
-	var errs []error
+	// In parallel: a server that ignores EOF on stdin takes seconds to stop.
+	var wg sync.WaitGroup
 	for _, d := range b.servers {
-		errs = append(errs, d.close())
+		wg.Go(func() { _ = d.close() })
 	}
-	return errors.Join(errs...)
+	wg.Wait()
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -136,7 +137,7 @@ func TestUngrantedToolIsRefusedAndAudited(t *testing.T) {
 	// From Python, the same is a ToolNotGranted (a PermissionError).
 	out := python(t, g, `
 import json, socket, mcp_tools
-s = socket.socket(socket.AF_UNIX); s.connect(mcp_tools.add.__globals__ and `+"\""+g.SocketPath()+"\""+`)
+s = socket.socket(socket.AF_UNIX); s.connect(`+fmt.Sprintf("%q", g.SocketPath())+`)
 s.sendall(b'{"tool":"echo","arguments":{"text":"x"}}\n')
 print(json.loads(s.makefile().readline())["error"]["kind"])
 print(add(1, 1)["sum"])
@@ -366,5 +367,20 @@ print(sorted(mcp_tools.tools()))
 	want := "True True True\necho ['slow']\n['add', 'big', 'echo', 'slow']"
 	if out != want {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+}
+
+func TestViolationFloodIsCapped(t *testing.T) {
+	rec := &recorder{}
+	b := newBridge(t, testServers(t, bridge.ServerConfig{}), rec)
+	g := grant(t, b, "add")
+	for range 50 {
+		if reply, _ := rawCall(t, g, `{"tool":"echo"}`+"\n"); errKind(reply) != "not_granted" {
+			t.Fatalf("got %v, want not_granted", reply)
+		}
+	}
+	evs := rec.find(audit.EventSecurityViolation)
+	if len(evs) != 20 || !strings.Contains(evs[19].Reason, "further ones are refused without audit") {
+		t.Errorf("got %d violation events (last %+v), want 20 ending with a summary", len(evs), evs[len(evs)-1])
 	}
 }

@@ -86,7 +86,7 @@ func (d *downstream) clientLocked(ctx context.Context) (*client.Client, error) {
 	}
 	if d.c != nil {
 		d.log.Warn("bridge: MCP server exited; restarting")
-		d.stopLocked()
+		d.failedLocked()
 	}
 	if wait := time.Until(d.notBefore); wait > 0 {
 		return nil, fmt.Errorf("MCP server %q is restarting after a failure; retry in %s", d.name, wait.Round(time.Millisecond))
@@ -130,7 +130,11 @@ func (d *downstream) startLocked(ctx context.Context) (retErr error) {
 
 // command builds the server's process: forge's environment plus the
 // configured Env (which is why error messages never include the command's
-// environment), stderr logged at debug level, killed with forge.
+// environment), stderr logged at debug level, in its own process group so
+// that a terminal's ^C reaches forge, which then closes it in order. If
+// forge dies, the server reads EOF on stdin and exits. (No Pdeathsig: it
+// fires when the forking OS thread exits, which the Go runtime does when a
+// goroutine that locked its thread ends, as libcontainer's do.)
 func (d *downstream) command(_ context.Context, command string, _ []string, args []string) (*exec.Cmd, error) {
 	cmd := exec.Command(command, args...)
 	cmd.Env = os.Environ()
@@ -138,7 +142,7 @@ func (d *downstream) command(_ context.Context, command string, _ []string, args
 		cmd.Env = append(cmd.Env, k+"="+d.cfg.Env[k])
 	}
 	cmd.Stderr = &stderrLog{log: d.log}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	d.cmd = cmd
 	return cmd, nil
 }

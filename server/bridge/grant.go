@@ -24,9 +24,10 @@ const SocketName = "bridge.sock"
 
 // Limits of one grant's socket.
 const (
-	maxConns     = 8                // concurrent connections; more are refused
-	idleTimeout  = 5 * time.Minute  // a connection waiting for its next request
-	writeTimeout = 10 * time.Second // a sandbox that does not read its reply
+	maxConns      = 8                // concurrent connections; more are refused
+	maxViolations = 20               // audited one by one; after that, one summary event
+	idleTimeout   = 5 * time.Minute  // a connection waiting for its next request
+	writeTimeout  = 10 * time.Second // a sandbox that does not read its reply
 )
 
 // Grant is the set of tools one sandbox may call, served on its own socket.
@@ -44,10 +45,11 @@ type Grant struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 
-	mu     sync.Mutex
-	calls  map[string]int // per server, since the last Reset
-	conns  map[net.Conn]struct{}
-	closed bool
+	mu         sync.Mutex
+	calls      map[string]int // per server, since the last Reset
+	violations int            // ungranted calls, for rate-limiting their audit
+	conns      map[net.Conn]struct{}
+	closed     bool
 }
 
 // Grant makes the named tools callable by the sandbox sandboxID, whose
@@ -306,13 +308,32 @@ func (g *Grant) dispatch(line []byte) (result json.RawMessage, _ *callError, kee
 	}
 	t, ok := g.tools[req.Tool]
 	if !ok {
-		g.b.audit.Log(audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical,
-			SandboxID: g.sandboxID, Tool: req.Tool, Reason: "call of an MCP tool not granted to this sandbox"})
-		g.b.log.Warn("bridge: refused a tool that was not granted", "sandbox", g.sandboxID, "tool", req.Tool)
+		g.violation(req.Tool)
 		return nil, &callError{kindNotGranted, fmt.Sprintf("tool %q is not granted to this execution; pass it in mcp_tools to use it", req.Tool)}, false
 	}
 	result, cerr := g.call(t, req.Arguments)
 	return result, cerr, true
+}
+
+// violation audits a call of an ungranted tool. A sandbox that keeps trying
+// gets its first maxViolations audited, then one event saying the rest are
+// not, so it cannot flood the audit log.
+func (g *Grant) violation(tool string) {
+	g.mu.Lock()
+	g.violations++
+	n := g.violations
+	g.mu.Unlock()
+	ev := audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical,
+		SandboxID: g.sandboxID, Tool: tool, Reason: "call of an MCP tool not granted to this sandbox"}
+	switch {
+	case n < maxViolations:
+	case n == maxViolations:
+		ev.Tool, ev.Reason = "", fmt.Sprintf("%d calls of MCP tools not granted to this sandbox; further ones are refused without audit", n)
+	default:
+		return
+	}
+	g.b.audit.Log(ev)
+	g.b.log.Warn("bridge: refused a tool that was not granted", "sandbox", g.sandboxID, "tool", tool)
 }
 
 // parseRequest decodes a request line strictly: one object, a string tool

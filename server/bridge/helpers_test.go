@@ -186,4 +186,3 @@ func runPython(t testing.TB, prelude, code string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
-

@@ -57,13 +57,14 @@ func TestSandbox(t *testing.T) {
 	}()
 
 	servers := testServers(t, bridge.ServerConfig{MaxCalls: 5})
+	servers["memory"] = memoryServer(t)
 	const hostUID = 100000 + 1000 // sandbox.Config defaults: UIDBase + UID
 	b, err := bridge.New(ctx, bridge.Options{Servers: servers, SocketUID: hostUID, SocketGID: hostUID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	g, err := b.Grant(ctx, sb.ID(), dir, []string{"add", "echo", "fail", "env_probe"})
+	g, err := b.Grant(ctx, sb.ID(), dir, []string{"add", "echo", "fail", "env_probe", "create_entities", "read_graph"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,14 @@ print(json.loads(s.makefile().readline())["error"]["kind"])
 	// The next execution of the session: the namespace keeps the functions,
 	// the call count starts again.
 	g.Reset()
-	if out := exec(`print(sum(add(i, i)["sum"] for i in range(5)))`); out != "20" {
+	out = exec(`
+print(sum(add(i, i)["sum"] for i in range(5)))
+create_entities(entities=[{"name": n, "entityType": "city", "observations": ["pop %d" % p]}
+                          for n, p in [("oslo", 700), ("bergen", 290)]])
+g = read_graph()
+print(sum(int(o.split()[1]) for e in g["entities"] for o in e["observations"]))
+`)
+	if out != "20\n990" {
 		t.Errorf("second execution: got %q", out)
 	}
 }

