@@ -129,6 +129,7 @@ func TestExecuteReal(t *testing.T) {
 		{"timeout over max", map[string]any{"code": "1", "timeout": 301}, "execution.max_timeout"},
 		{"memory over max", map[string]any{"code": "1", "memory": "3g"}, "2g"},
 		{"image not allowed", map[string]any{"code": "1", "custom_image": "docker.io/library/python:3.12"}, "not allowed"},
+		{"image missing", map[string]any{"code": "1", "custom_image": "forge/nope:1"}, "image not found"},
 		{"code too large", map[string]any{"code": "#" + strings.Repeat("x", 1<<20)}, "execution.max_code_size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 )
@@ -169,6 +170,8 @@ func (s *Server) executeError(err error) *mcp.CallToolResult {
 		return mcp.NewToolResultError("Request refused: " + strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
 	case errors.Is(err, engine.ErrClosed):
 		return mcp.NewToolResultError("forge is shutting down; no new executions are accepted")
+	case errors.Is(err, rootfs.ErrImageNotFound), errors.Is(err, rootfs.ErrBadReference):
+		return mcp.NewToolResultError("Request refused: " + err.Error() + "; forge://environments/list lists the images present")
 	case errors.Is(err, context.Canceled):
 		return mcp.NewToolResultError("The execution was cancelled before it finished.")
 	}

@@ -235,6 +235,7 @@ func TestEngineErrors(t *testing.T) {
 		{fmt.Errorf("%w: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)", engine.ErrInvalidRequest), "Request refused: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)"},
 		{errors.New("libcontainer exploded"), "not of your code): libcontainer exploded"},
 		{engine.ErrClosed, "shutting down"},
+		{fmt.Errorf("%w: \"forge/nope:1\"", rootfs.ErrImageNotFound), "Request refused: image not found"},
 	} {
 		stub.err = tc.err
 		res, err := call(t, c, map[string]any{"code": "x", "timeout": 600, "memory": "1g", "custom_image": "forge/python:3.11"})
@@ -402,5 +403,30 @@ func TestHTTPPrecheck(t *testing.T) {
 	}
 	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil || resp.ID != "a" || resp.Error.Code != mcp.INVALID_PARAMS {
 		t.Errorf("got %d %s, want a JSON-RPC invalid-params error for id a", w.Code, w.Body)
+	}
+}
+
+// BenchmarkToolsListStdio is one tools/list round trip through forge's stdio
+// transport and mcp-go's client (pipes, same process).
+func BenchmarkToolsListStdio(b *testing.B) {
+	s := New(newStub(), Options{})
+	toServer, clientOut := io.Pipe()
+	clientIn, fromServer := io.Pipe()
+	go s.ServeStdio(context.Background(), toServer, fromServer)
+	c := client.NewClient(transport.NewIO(clientIn, clientOut, io.NopCloser(strings.NewReader(""))))
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	if _, err := c.Initialize(ctx, init); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := c.ListTools(ctx, mcp.ListToolsRequest{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

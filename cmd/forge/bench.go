@@ -94,10 +94,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	waitWarm()
 	// Sequential warm runs, each after the pool refilled: the latency a
 	// request sees when the pool is doing its job.
-	r = measure(*runs/2, func() error {
-		waitWarm()
-		return runOnce(ctx, warm, req)
-	})
+	r = measureAfter(*runs/2, waitWarm, func() error { return runOnce(ctx, warm, req) })
 	r.Name = "warm (pool hit)"
 	rows = append(rows, r)
 
@@ -142,10 +139,14 @@ func runOnce(ctx context.Context, eng *engine.Engine, req engine.Request) error 
 	return nil
 }
 
-func measure(n int, f func() error) benchRow {
+func measure(n int, f func() error) benchRow { return measureAfter(n, func() {}, f) }
+
+// measureAfter times f n times; prep runs before each, untimed.
+func measureAfter(n int, prep func(), f func() error) benchRow {
 	lat := make([]time.Duration, 0, n)
 	fails := 0
 	for i := 0; i < n; i++ {
+		prep()
 		start := time.Now()
 		if err := f(); err != nil {
 			fails++

@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/mcp-forge/forge/cgroups"
-	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/seccomp"
 )
 
@@ -65,7 +65,7 @@ func hostChecks() []check {
 	actions := strings.TrimSpace(readFile("/proc/sys/kernel/seccomp/actions_avail"))
 	cs = append(cs, check{Name: "seccomp (kernel)", Found: actions != "", Detail: actions, Disables: "all sandboxes (forge refuses to run unfiltered)"})
 	cs = append(cs, check{Name: "seccomp (this build)", Found: seccomp.Enabled,
-		Detail: map[bool]string{true: "built with -tags seccomp", false: "built without -tags seccomp"}[seccomp.Enabled],
+		Detail:   map[bool]string{true: "built with -tags seccomp", false: "built without -tags seccomp"}[seccomp.Enabled],
 		Disables: "all sandboxes (forge refuses to run unfiltered)"})
 	fsys := readFile("/proc/filesystems")
 	cs = append(cs, check{Name: "overlayfs", Found: strings.Contains(fsys, "overlay"), Disables: "the image store and shared read-only rootfs"})

@@ -7,7 +7,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -148,4 +150,40 @@ func Engine(t testing.TB, data bool, mutate func(*profiles.Config)) *engine.Engi
 		}
 	})
 	return eng
+}
+
+var mcpServer struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// RepoRoot is the repository's top directory.
+func RepoRoot() string {
+	_, file, _, _ := goruntime.Caller(0)
+	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
+}
+
+// MCPServer builds testdata/mcpserver (a small stdio MCP server with tools
+// add, echo, fail, env_probe, …) once per test binary and returns its path.
+func MCPServer(t testing.TB) string {
+	t.Helper()
+	mcpServer.once.Do(func() {
+		dir, err := os.MkdirTemp("", "forge-mcpserver-")
+		if err != nil {
+			mcpServer.err = err
+			return
+		}
+		mcpServer.path = filepath.Join(dir, "mcpserver")
+		cmd := exec.Command("go", "build", "-o", mcpServer.path, "./testdata/mcpserver")
+		cmd.Dir = RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			mcpServer.err = fmt.Errorf("building testdata/mcpserver: %v\n%s", err, out)
+		}
+	})
+	if mcpServer.err != nil {
+		t.Fatal(mcpServer.err)
+	}
+	return mcpServer.path
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/seccomp"
 	"github.com/mcp-forge/forge/server/audit"
+	"github.com/mcp-forge/forge/server/bridge"
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -41,6 +42,7 @@ type Engine struct {
 	cfg      *profiles.Config
 	log      *slog.Logger
 	audit    *audit.Logger
+	bridge   *bridge.Bridge // nil without mcp_tools
 	store    *rootfs.Store
 	rt       *sandbox.Runtime
 	sessions *session.Manager
@@ -53,6 +55,7 @@ type Engine struct {
 	pools    map[string]*pool.Pool // by image
 	inflight atomic.Int64          // executions in flight
 	bg       sync.WaitGroup        // background destroys
+	grants   sessionGrants
 }
 
 // New opens the image store and the sandbox runtime (both clean up what
@@ -91,6 +94,21 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
+	}
+	if len(cfg.MCPTools) > 0 {
+		uid := int(cfg.Security.UIDMapBase + cfg.Security.SandboxUID)
+		e.bridge, err = bridge.New(ctx, bridge.Options{
+			Servers: bridge.ServersFromConfig(cfg.MCPTools), Logger: opts.Logger, Audit: opts.Audit,
+			SocketUID: uid, SocketGID: uid,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("mcp_tools: %w", err)
+		}
+		defer func() {
+			if retErr != nil {
+				e.bridge.Close()
+			}
+		}()
 	}
 	sc := cfg.Sessions
 	e.sessions, err = session.NewManager(session.Options{
@@ -152,6 +170,8 @@ type Request struct {
 	// NewSession with no SessionID creates a session with a generated id.
 	SessionID  string
 	NewSession bool
+	// MCPTools are the code-mode tools made callable inside the sandbox.
+	MCPTools []string
 }
 
 // Plan is a validated request: the limits in force and the image.
@@ -194,6 +214,14 @@ func (e *Engine) Validate(req Request) (Plan, error) {
 		}
 	}
 	p.Limits = lim
+	if len(req.MCPTools) > 0 {
+		if e.bridge == nil {
+			return p, fmt.Errorf("%w: mcp_tools %v requested but no MCP servers are configured (mcp_tools in the config)", ErrInvalidRequest, req.MCPTools)
+		}
+		if err := e.bridge.Validate(req.MCPTools); err != nil {
+			return p, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+	}
 	return p, nil
 }
 
@@ -232,6 +260,13 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, erro
 	}
 	defer e.destroy(sb)
 	e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: "info", SandboxID: sb.ID(), Image: plan.Image})
+	if len(req.MCPTools) > 0 {
+		g, err := e.grantTools(ctx, sb, req.MCPTools)
+		if err != nil {
+			return nil, err
+		}
+		defer g.Close()
+	}
 	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit)})
 }
 
@@ -269,7 +304,21 @@ func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandb
 		return nil, err
 	}
 	cfg := e.sandboxConfig(fs.Path(), e.def)
+	var bridgeDir, sbID string
+	if e.bridge != nil {
+		if bridgeDir, err = e.newBridgeDir(); err != nil {
+			fs.Release()
+			return nil, err
+		}
+		cfg.BridgeDir = bridgeDir
+	}
 	cfg.OnDestroy = func() {
+		if bridgeDir != "" {
+			os.RemoveAll(bridgeDir)
+		}
+		if e.bridge != nil {
+			e.dropGrant(sbID)
+		}
 		if err := fs.Release(); err != nil {
 			e.log.Warn("releasing rootfs", "image", image, "err", err)
 		}
@@ -278,6 +327,7 @@ func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandb
 	if err != nil {
 		return nil, err
 	}
+	sbID = sb.ID()
 	e.audit.Log(audit.Event{Event: audit.EventContainerCreate, Severity: "info", SandboxID: sb.ID(), Image: image})
 	return sb, nil
 }
@@ -345,6 +395,9 @@ func (e *Engine) Close(grace time.Duration) error {
 	}
 	e.bg.Wait()
 	errs = append(errs, e.rt.Close(), e.store.Close())
+	if e.bridge != nil {
+		errs = append(errs, e.bridge.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -367,6 +420,9 @@ func (e *Engine) poolFor(image string) *pool.Pool {
 		e.pools = make(map[string]*pool.Pool)
 	}
 	warm := append([]string(nil), pc.WarmModules...)
+	if e.bridge != nil {
+		warm = append(warm, "socket", "inspect") // what the code-mode prelude needs
+	}
 	if image == e.cfg.Images.Data {
 		warm = append(warm, pc.WarmModulesData...)
 	}

@@ -31,6 +31,11 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 			return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
 		e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), SessionID: id})
+		if len(req.MCPTools) > 0 {
+			if err := e.toolsForSession(ctx, sb, req.MCPTools); err != nil {
+				return err
+			}
+		}
 		var err error
 		res, err = sb.Exec(ctx, req.Code, sandbox.ExecOptions{
 			Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit),

@@ -279,6 +279,7 @@ type Sandbox struct {
 	state  *os.ProcessState
 
 	onDestroy func()
+	bridgeDir string
 
 	mu        sync.Mutex
 	limits    cgroups.Limits // in force
@@ -313,7 +314,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	s = &Sandbox{limits: cfg.Limits, id: id, rt: r, c: c, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10}, onDestroy: cfg.OnDestroy}
+	s = &Sandbox{limits: cfg.Limits, id: id, rt: r, c: c, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10}, onDestroy: cfg.OnDestroy, bridgeDir: cfg.BridgeDir}
 	r.track(s)
 	defer func() {
 		if retErr != nil {
@@ -402,6 +403,9 @@ func (s *Sandbox) stderrNote() string {
 
 // ID is the sandbox's unique id (also its container id).
 func (s *Sandbox) ID() string { return s.id }
+
+// BridgeDir is the host directory mounted at /run/forge, if any.
+func (s *Sandbox) BridgeDir() string { return s.bridgeDir }
 
 // Hello is what the agent reported at start.
 func (s *Sandbox) Hello() *kernel.Hello { return s.hello }

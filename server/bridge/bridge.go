@@ -240,6 +240,13 @@ func (b *Bridge) Catalog() []Tool {
 	return out
 }
 
+// Validate checks that every name is in the catalog, without granting
+// anything: call it while validating a request, before taking a sandbox.
+func (b *Bridge) Validate(names []string) error {
+	_, err := b.lookup(names)
+	return err
+}
+
 // lookup resolves granted names to catalog tools; unknown names are an
 // error listing what exists.
 func (b *Bridge) lookup(names []string) ([]Tool, error) {

@@ -56,8 +56,10 @@ type Grant struct {
 // bridge directory (sandbox.Config.BridgeDir, a host directory no other
 // sandbox sees) is dir. It listens on dir/bridge.sock, owned by
 // Options.SocketUID/SocketGID with mode 0600. Unknown names are an error
-// (ErrUnknownTool) listing the available tools.
-func (b *Bridge) Grant(ctx context.Context, sandboxID, dir string, names []string) (_ *Grant, retErr error) {
+// (ErrUnknownTool) listing the available tools. A directory has at most one
+// live grant: Close the old one before granting anew (a session whose
+// tools change).
+func (b *Bridge) Grant(ctx context.Context, sandboxID, dir string, names []string) (*Grant, error) {
 	tools, err := b.lookup(names)
 	if err != nil {
 		return nil, err

@@ -1,7 +1,7 @@
 // The MCP inspector CLI (@modelcontextprotocol/inspector-cli, --cli mode)
 // against `forge serve` over stdio: tools/list, tools/call and resources.
 //
-// Usage: node inspector-cli.mjs FORGE_BINARY
+// Usage: FORGE_BIN=FORGE_BINARY node --test inspector-cli.mjs
 // The inspector is run from its own build/ folder, as it expects.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -10,8 +10,8 @@ import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
 import { promisify } from "node:util";
 
-const forge = process.argv[2] && resolve(process.argv[2]);
-assert.ok(forge, "usage: node inspector-cli.mjs FORGE_BINARY");
+const forge = resolve(process.argv[2] ?? process.env.FORGE_BIN ?? "");
+assert.ok(process.argv[2] ?? process.env.FORGE_BIN, "usage: FORGE_BIN=FORGE_BINARY node --test inspector-cli.mjs");
 const require = createRequire(import.meta.url);
 const buildDir = dirname(require.resolve("@modelcontextprotocol/inspector-cli/build/cli.js"));
 

@@ -1,6 +1,6 @@
 // The official TypeScript SDK client against `forge serve` over stdio.
 //
-// Usage: node sdk-stdio.mjs FORGE_BINARY
+// Usage: FORGE_BIN=FORGE_BINARY node --test sdk-stdio.mjs
 // Environment: FORGE_STATE_DIR (a state dir with forge/python:3.11 and
 // forge/python-data:3.11 imported), passed on to forge.
 import assert from "node:assert/strict";
@@ -10,7 +10,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { McpError, ErrorCode } from "@modelcontextprotocol/sdk/types.js";
 
 const forge = process.argv[2] ?? process.env.FORGE_BIN;
-assert.ok(forge, "usage: node sdk-stdio.mjs FORGE_BINARY");
+assert.ok(forge, "usage: FORGE_BIN=FORGE_BINARY node --test sdk-stdio.mjs");
 const DATA_IMAGE = process.env.FORGE_DATA_IMAGE ?? "forge/python-data:3.11";
 
 async function connect() {

