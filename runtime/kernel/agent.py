@@ -494,6 +494,9 @@ def _user_vars():
             continue
         if _injected.get(name) is value:
             continue
+        # Code-mode tool functions belong to forge's mcp_tools module, not to the user.
+        if isinstance(value, types.FunctionType) and value.__module__ == "mcp_tools":
+            continue
         yield name, value
 
 
