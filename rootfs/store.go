@@ -68,7 +68,18 @@ type Store struct {
 	// importing counts copies in progress, whose new layers GC must keep.
 	importing int
 	closed    bool
+	// refs counts the Opens sharing this Store (guarded by openStores.mu).
+	refs int
 }
+
+// openStores shares one Store per state dir within a process:
+// containers/storage keeps one store object per root per process, and this
+// process's shared mounts live at one path, so a second, independent Store
+// on the same root would shut the first one's down under it.
+var openStores = struct {
+	mu sync.Mutex
+	m  map[string]*Store
+}{m: map[string]*Store{}}
 
 // storageConf is written to StateDir/storage.conf and named by
 // CONTAINERS_STORAGE_CONF, so /etc/containers/storage.conf (and its
@@ -79,8 +90,10 @@ driver = "overlay"
 `
 
 // Open opens (creating it if needed) the store under opts.StateDir and
-// repairs what a crashed forge process left behind there (see GC).
-func Open(ctx context.Context, opts Options) (_ *Store, retErr error) {
+// repairs what a crashed forge process left behind there (see GC). Opening
+// the same state dir again in one process returns the same Store; each
+// Open needs its Close.
+func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.StateDir == "" {
 		return nil, errors.New("rootfs: Options.StateDir is required")
 	}
@@ -88,6 +101,23 @@ func Open(ctx context.Context, opts Options) (_ *Store, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	openStores.mu.Lock()
+	defer openStores.mu.Unlock()
+	if s, ok := openStores.m[stateDir]; ok {
+		s.refs++
+		return s, nil
+	}
+	s, err := open(ctx, stateDir, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.refs = 1
+	openStores.m[stateDir] = s
+	return s, nil
+}
+
+func open(ctx context.Context, stateDir string, opts Options) (_ *Store, retErr error) {
+	var err error
 	if strings.ContainsAny(stateDir, ":,") {
 		return nil, fmt.Errorf("rootfs: state dir %q must not contain ':' or ',' (overlay mount options)", stateDir)
 	}
@@ -195,8 +225,18 @@ func (s *Store) systemContext() *types.SystemContext {
 }
 
 // Close releases every shared mount of this process and shuts the store
-// down.
+// down, once every Open of it has been closed.
 func (s *Store) Close() error {
+	openStores.mu.Lock()
+	s.refs--
+	last := s.refs <= 0
+	if last && openStores.m[s.stateDir] == s {
+		delete(openStores.m, s.stateDir)
+	}
+	openStores.mu.Unlock()
+	if !last {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

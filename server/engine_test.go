@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
@@ -43,6 +44,7 @@ func realEngine(t *testing.T) *engine.Engine {
 		cfg.StateDir = stateDir
 		cfg.Pool.Size = 1
 		cfg.Server.ShutdownGrace = profiles.Duration(5 * time.Second)
+		cfg.MCPTools = map[string]profiles.MCPToolServer{"test": {Command: testenv.MCPServer(t)}}
 		if realEng, realErr = engine.New(ctx, engine.Options{Config: cfg}); realErr != nil {
 			return
 		}

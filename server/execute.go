@@ -44,8 +44,8 @@ func toolDescription(cfg *profiles.Config) string {
 	x := cfg.Execution
 	var b strings.Builder
 	b.WriteString("Run Python 3 code in a fresh, isolated sandbox and get back its stdout, stderr, the value of the last expression, rich displays (matplotlib figures and display() output come back as images) and any error with its traceback.\n\n")
-	b.WriteString("Each call without session_id is stateless: a new interpreter, nothing kept afterwards. ")
-	b.WriteString("The sandbox has no network access and a read-only filesystem except /tmp. ")
+	b.WriteString("Each call without session_id is stateless: a new interpreter, nothing kept afterwards. With session_id (or backend \"jupyter\") variables, imports and /workspace files persist between calls. ")
+	b.WriteString("The sandbox has no network access and a read-only filesystem except /tmp and /workspace. ")
 	fmt.Fprintf(&b, "Limits in force: timeout %s by default, at most %s; memory %s by default, at most %s; CPUs %g by default, at most %g; at most %d processes; code up to %s; stdout and stderr are each cut at %s.\n",
 		x.DefaultTimeout, x.MaxTimeout, x.DefaultMemory, x.MaxMemory, x.DefaultCPUs, x.MaxCPUs, x.MaxPids, x.MaxCodeSize, x.OutputLimit)
 	fmt.Fprintf(&b, "Images: %q by default", cfg.Images.Default)
@@ -64,9 +64,10 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 		"properties": map[string]any{
 			"code": map[string]any{"type": "string", "minLength": 1,
 				"description": fmt.Sprintf("Python source to run (at most %s). The value of the last expression is returned as result.", x.MaxCodeSize)},
-			"session_id": str("Run in this stateful session (variables kept between calls). Not available in this build yet."),
+			"session_id": map[string]any{"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$",
+				"description": fmt.Sprintf("Run in this stateful session: variables, imports, functions and /workspace files persist between calls. Created on first use; at most %d live at once; idle sessions are hibernated after %s and restored on their next call.", cfg.Sessions.MaxConcurrent, cfg.Sessions.IdleTimeout)},
 			"backend": map[string]any{"type": "string", "enum": []string{BackendSimple, BackendJupyter},
-				"description": "simple (default): plain exec. jupyter: IPython kernel semantics; needs a session."},
+				"description": "simple (default): stateless unless session_id is given. jupyter: stateful; without session_id a new session is created and its id returned in session_id."},
 			"timeout": map[string]any{"type": "number", "exclusiveMinimum": 0,
 				"description": fmt.Sprintf("Wall-clock limit in seconds (default %g, at most %g).", x.DefaultTimeout.Seconds(), x.MaxTimeout.Seconds())},
 			"memory": str(fmt.Sprintf("Memory limit such as \"256m\" or \"1g\" (default %s, at most %s).", x.DefaultMemory, x.MaxMemory)),
@@ -75,7 +76,7 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 			"environment": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
 				"description": "Environment variables for the code. Not available in this build yet."},
 			"mcp_tools": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
-				"description": "Configured MCP servers whose tools the code may call (code mode). Not available in this build yet; see forge://tools/available."},
+				"description": "Names of tools (from forge://tools/available) to make callable inside the sandbox as Python functions and in the module mcp_tools (code mode). Their credentials stay on the host."},
 		},
 		"required":             []string{"code"},
 		"additionalProperties": false,
@@ -112,7 +113,8 @@ var outputSchema = json.RawMessage(`{
     "truncated": {"type": "boolean"},
     "execution_time_ms": {"type": "number"},
     "memory_peak_bytes": {"type": "integer", "minimum": 0},
-    "session_id": {"type": ["string", "null"]}
+    "session_id": {"type": ["string", "null"]},
+    "notes": {"type": "array", "items": {"type": "string"}, "description": "what forge has to say beyond the code's output: a session restored or lost"}
   },
   "required": ["success", "stdout", "stderr", "display", "error", "exit_code", "timed_out", "oom_killed", "truncated", "execution_time_ms", "memory_peak_bytes", "session_id"]
 }`)
@@ -138,7 +140,8 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	defer cancel()
 	res, err := s.eng.Execute(ectx, engine.Request{
 		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
-		Client: clientName(ctx),
+		Client: clientName(ctx), SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter,
+		MCPTools: args.MCPTools,
 	})
 	if err != nil {
 		return s.executeError(err), nil
@@ -148,15 +151,8 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 
 // unsupported refuses the parts of the tool interface this build lacks.
 func unsupported(a ExecuteArgs) error {
-	switch {
-	case a.SessionID != "":
-		return fmt.Errorf("session_id: sessions are not available yet in this build (%w); call execute_python without session_id: every call then runs in a fresh interpreter, so include all the code it needs", ErrNotAvailable)
-	case a.Backend == BackendJupyter:
-		return fmt.Errorf("backend \"jupyter\": sessions are not available yet in this build (%w); omit backend or use \"simple\"", ErrNotAvailable)
-	case len(a.Environment) > 0:
+	if len(a.Environment) > 0 {
 		return fmt.Errorf("environment: setting environment variables is not available yet in this build (%w); set them inside the code with os.environ", ErrNotAvailable)
-	case len(a.MCPTools) > 0:
-		return fmt.Errorf("mcp_tools: calling MCP tools from the sandbox (code mode) is not available yet in this build (%w); forge://tools/available lists none", ErrNotAvailable)
 	}
 	return nil
 }
@@ -172,6 +168,8 @@ func (s *Server) executeError(err error) *mcp.CallToolResult {
 		return mcp.NewToolResultError("forge is shutting down; no new executions are accepted")
 	case errors.Is(err, rootfs.ErrImageNotFound), errors.Is(err, rootfs.ErrBadReference):
 		return mcp.NewToolResultError("Request refused: " + err.Error() + "; forge://environments/list lists the images present")
+	case isSessionRefusal(err):
+		return mcp.NewToolResultError("Request refused: " + err.Error())
 	case errors.Is(err, context.Canceled):
 		return mcp.NewToolResultError("The execution was cancelled before it finished.")
 	}
@@ -250,14 +248,16 @@ func resultText(r *kernel.Result) string {
 		}
 		section("error", tb)
 	}
-	var notes []string
+	notes := append([]string(nil), r.Notes...)
 	if n := countImages(r.Display); n > 0 {
 		notes = append(notes, fmt.Sprintf("%d image(s) attached below.", n))
 	}
 	if r.Truncated {
 		notes = append(notes, "Output was truncated at the configured limit; print less (e.g. summaries, head()) or write large data to a file and print a summary.")
 	}
-	if r.TimedOut {
+	if r.TimedOut && r.SessionID != nil && r.ExitCode != 137 {
+		notes = append(notes, "The code was interrupted at its timeout; the session's variables are kept.")
+	} else if r.TimedOut {
 		notes = append(notes, fmt.Sprintf("The run was killed: it exceeded its timeout (ran %.0f ms). Make the code faster or pass a larger timeout (up to the maximum).", r.ExecutionTimeMS))
 	}
 	if r.OOMKilled {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/pool"
+	"github.com/mcp-forge/forge/server/bridge"
 )
 
 // Resource URIs.
@@ -29,7 +31,7 @@ func (s *Server) addResources() {
 		mcp.WithResourceDescription("Images present in forge's store (usable as custom_image when allowed), with their Python version and packages."),
 		mcp.WithMIMEType("application/json")), s.jsonResource(s.environments))
 	s.mcp.AddResource(mcp.NewResource(uriToolsAvailable, "tools-available",
-		mcp.WithResourceDescription("MCP tools that sandboxed code can call as Python functions (code mode). Empty in this build."),
+		mcp.WithResourceDescription("MCP tools that sandboxed code can call as Python functions (code mode): name, server, description, input schema, and the Python name."),
 		mcp.WithMIMEType("application/json")), s.jsonResource(s.toolsAvailable))
 }
 
@@ -124,8 +126,8 @@ func (s *Server) environmentInfo(ctx context.Context) (any, error) {
 		DefaultImage: s.imageInfo(imgs, s.cfg.Images.Default),
 		Limits:       limitsInfo(s.cfg),
 		Network:      "none (loopback only)",
-		Sessions:     "not available in this build",
-		CodeMode:     "not available in this build",
+		Sessions:     fmt.Sprintf("available: at most %d live, idle timeout %s, persisted across restarts: %v", s.cfg.Sessions.MaxConcurrent, s.cfg.Sessions.IdleTimeout, s.cfg.Sessions.Persist),
+		CodeMode:     s.codeModeStatus(),
 		Pool:         PoolInfo{Enabled: s.cfg.Pool.Enabled, Size: s.cfg.Pool.Size},
 		Server:       ServerInfoJS{Name: s.cfg.Server.Name, Transport: s.cfg.Server.Transport},
 	}
@@ -206,10 +208,32 @@ func (s *Server) environments(ctx context.Context) (any, error) {
 
 // ToolsAvailable is the content of forge://tools/available.
 type ToolsAvailable struct {
-	Tools []any  `json:"tools"`
-	Note  string `json:"note"`
+	Tools []bridge.Tool `json:"tools"`
+	Note  string        `json:"note"`
+}
+
+// bridger is implemented by engines with code mode.
+type bridger interface{ Bridge() *bridge.Bridge }
+
+func (s *Server) catalog() []bridge.Tool {
+	if b, ok := s.eng.(bridger); ok && b.Bridge() != nil {
+		return b.Bridge().Catalog()
+	}
+	return nil
+}
+
+func (s *Server) codeModeStatus() string {
+	n := len(s.catalog())
+	if n == 0 {
+		return "no MCP servers configured (mcp_tools in the config)"
+	}
+	return fmt.Sprintf("%d tools available; pass their names in execute_python's mcp_tools", n)
 }
 
 func (s *Server) toolsAvailable(context.Context) (any, error) {
-	return ToolsAvailable{Tools: []any{}, Note: "code mode (calling MCP tools from sandboxed Python) is not available in this build"}, nil
+	tools := s.catalog()
+	if tools == nil {
+		return ToolsAvailable{Tools: []bridge.Tool{}, Note: "no MCP servers are configured (mcp_tools in forge's config)"}, nil
+	}
+	return ToolsAvailable{Tools: tools, Note: "pass tool names in execute_python's mcp_tools; inside the sandbox they are Python functions, also in the module mcp_tools (mcp_tools.search(\"query\"), help(fn))"}, nil
 }

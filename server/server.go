@@ -97,6 +97,7 @@ func New(eng Engine, opts Options) *Server {
 	)
 	s.tool = executeTool(s.cfg)
 	s.mcp.AddTool(s.tool, s.handleExecute)
+	s.addSessionTools()
 	s.addResources()
 	return s
 }
@@ -115,8 +116,8 @@ func (s *Server) HandleMessage(ctx context.Context, raw json.RawMessage) mcp.JSO
 	return s.mcp.HandleMessage(ctx, raw)
 }
 
-// precheck returns an invalid-params error for an execute_python call whose
-// arguments do not decode, else nil.
+// precheck returns an invalid-params error for a call of one of forge's
+// tools whose arguments do not decode, else nil.
 func precheck(raw []byte) mcp.JSONRPCMessage {
 	var msg struct {
 		ID     *json.RawMessage `json:"id"`
@@ -126,10 +127,19 @@ func precheck(raw []byte) mcp.JSONRPCMessage {
 			Arguments json.RawMessage `json:"arguments"`
 		} `json:"params"`
 	}
-	if json.Unmarshal(raw, &msg) != nil || msg.Method != string(mcp.MethodToolsCall) || msg.ID == nil || msg.Params.Name != toolExecute {
+	if json.Unmarshal(raw, &msg) != nil || msg.Method != string(mcp.MethodToolsCall) || msg.ID == nil {
 		return nil
 	}
-	if _, err := DecodeExecuteArgs(msg.Params.Arguments); err != nil {
+	var err error
+	switch msg.Params.Name {
+	case toolExecute:
+		_, err = DecodeExecuteArgs(msg.Params.Arguments)
+	case toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles:
+		_, err = decodeSessionArgs(msg.Params.Name, msg.Params.Arguments)
+	default:
+		return nil
+	}
+	if err != nil {
 		var id any
 		if json.Unmarshal(*msg.ID, &id) != nil {
 			return nil

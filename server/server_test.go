@@ -207,10 +207,7 @@ func TestUnsupportedArguments(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{map[string]any{"code": "x", "session_id": "abc"}, "sessions are not available yet in this build"},
-		{map[string]any{"code": "x", "backend": "jupyter"}, "sessions are not available yet in this build"},
 		{map[string]any{"code": "x", "environment": map[string]string{"A": "1"}}, "environment"},
-		{map[string]any{"code": "x", "mcp_tools": []string{"github"}}, "code mode"},
 	} {
 		res, err := call(t, c, tc.args)
 		if err != nil {

@@ -233,6 +233,10 @@ func (c *Config) setDefaults() error {
 	return c.Limits.Validate()
 }
 
+// specconvMu serializes specconv.CreateLibcontainerConfig, which writes
+// package globals of runc's specconv.
+var specconvMu sync.Mutex
+
 func newID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -303,9 +307,11 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	if err != nil {
 		return nil, err
 	}
+	specconvMu.Lock()
 	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName: id, Spec: spec, NoNewKeyring: true,
 	})
+	specconvMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("converting spec of sandbox %s: %w", id, err)
 	}
