@@ -64,6 +64,7 @@ cd "$clients"
 export FORGE_BIN=$forge
 run "TypeScript SDK over stdio" node --test --test-reporter=spec sdk-stdio.mjs
 run "inspector CLI over stdio" node --test --test-reporter=spec inspector-cli.mjs
+run "sessions across a restart (TypeScript SDK)" node --test --test-reporter=spec sdk-sessions.mjs
 
 # Conformance: forge serve --http on a port the kernel picks; its URL is
 # read from forge's log.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"sort"
 	"sync"
@@ -97,6 +98,33 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	r = measureAfter(*runs/2, waitWarm, func() error { return runOnce(ctx, warm, req) })
 	r.Name = "warm (pool hit)"
 	rows = append(rows, r)
+
+	// Sessions: the first call of a new session takes a sandbox from the
+	// pool; later calls reuse it (resume, exec, pause).
+	n := 0
+	var last string
+	r = measureAfter(*runs/4, func() {
+		if last != "" {
+			warm.Sessions().Destroy(ctx, last)
+		}
+		waitWarm()
+		n++
+		last = fmt.Sprintf("bench-%d-%d", os.Getpid(), n)
+	}, func() error {
+		sreq := req
+		sreq.SessionID = last
+		return runOnce(ctx, warm, sreq)
+	})
+	r.Name = "session, first call"
+	rows = append(rows, r)
+	r = measure(*runs/2, func() error {
+		sreq := req
+		sreq.SessionID = last
+		return runOnce(ctx, warm, sreq)
+	})
+	r.Name = "session, later calls"
+	rows = append(rows, r)
+	warm.Sessions().Destroy(ctx, last)
 
 	for _, c := range []int{1, 2, 4} {
 		waitWarm()

@@ -586,9 +586,14 @@ def op_pickle_state(req):
             raise
         except BaseException:
             failed.append(name)
+    # Imported modules are saved by name and imported again on restore.
+    import types
+    modules = {name: value.__name__ for name, value in list(_ns.items())
+               if isinstance(value, types.ModuleType) and not name.startswith("_")
+               and value.__name__ != "mcp_tools" and not value.__name__.startswith("mcp_tools.")}
     with open(path, "wb") as f:
-        pickle.dump(blobs, f, pickle.HIGHEST_PROTOCOL)
-    return {"saved": saved, "failed": failed}
+        pickle.dump({"forge_state": 1, "values": blobs, "modules": modules}, f, pickle.HIGHEST_PROTOCOL)
+    return {"saved": saved + sorted(modules), "failed": failed}
 
 
 def op_restore_state(req):
@@ -598,8 +603,18 @@ def op_restore_state(req):
     if not isinstance(path, str) or not path.startswith("/"):
         raise ProtocolError("restore_state needs an absolute 'path'")
     with open(path, "rb") as f:
-        blobs = pickle.load(f)
+        state = pickle.load(f)
+    blobs, modules = state, {}
+    if isinstance(state, dict) and state.get("forge_state") == 1:
+        blobs, modules = state["values"], state["modules"]
     restored, failed = [], []
+    import importlib
+    for name, modname in modules.items():
+        try:
+            _ns[name] = importlib.import_module(modname)
+            restored.append(name)
+        except BaseException:
+            failed.append(name)
     for name, blob in blobs.items():
         try:
             _ns[name] = _call_user(pickle.loads, blob)
