@@ -464,7 +464,7 @@ func TestPickleRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(&StateReport{Saved: []string{"P", "nums", "p"}, Failed: []string{"lock"}}, rep); diff != "" {
+	if diff := cmp.Diff(&StateReport{Saved: []string{"P", "nums", "p", "threading"}, Failed: []string{"lock"}}, rep); diff != "" {
 		t.Errorf("pickle (-want +got)\n%s", diff)
 	}
 	b := startAgent(t)
@@ -473,7 +473,7 @@ func TestPickleRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(&StateReport{Restored: []string{"P", "nums", "p"}, Failed: []string{}}, rep); diff != "" {
+	if diff := cmp.Diff(&StateReport{Restored: []string{"threading", "P", "nums", "p"}, Failed: []string{}}, rep); diff != "" {
 		t.Errorf("restore (-want +got)\n%s", diff)
 	}
 	if r := b.exec(t, "nums + [p.v]"); cmp.Diff([]any{json.Number("1"), json.Number("2"), json.Number("7")}, r.Result) != "" {
