@@ -93,6 +93,10 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 		}
 	}
 	waitWarm()
+	var idleMem uint64
+	if st := warm.PoolStats(); len(st) > 0 {
+		idleMem = st[0].IdleMemoryBytes
+	}
 	// Sequential warm runs, each after the pool refilled: the latency a
 	// request sees when the pool is doing its job.
 	r = measureAfter(*runs/2, waitWarm, func() error { return runOnce(ctx, warm, req) })
@@ -138,7 +142,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	}
 	st := warm.PoolStats()
 	if *asJSON {
-		return json.NewEncoder(g.stdout).Encode(map[string]any{"results": rows, "pool": st})
+		return json.NewEncoder(g.stdout).Encode(map[string]any{"results": rows, "pool": st, "idle_sandbox_memory_bytes": idleMem})
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\truns\tfail\tp50 ms\tp95 ms\tp99 ms\t× bare\truns/s\t")
@@ -151,7 +155,8 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	}
 	tw.Flush()
 	for _, s := range st {
-		fmt.Fprintf(g.stdout, "pool %s: hits %d, misses %d, cold starts %d\n", s.Name, s.Hits, s.Misses, s.ColdStarts)
+		fmt.Fprintf(g.stdout, "pool %s: hits %d, misses %d, cold starts %d; idle pooled sandbox %.1f MiB (warm modules: %d)\n",
+			s.Name, s.Hits, s.Misses, s.ColdStarts, float64(idleMem)/(1<<20), len(wcfg.Pool.WarmModules))
 	}
 	return nil
 }

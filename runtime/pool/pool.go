@@ -79,6 +79,8 @@ type Stats struct {
 	Replaced   uint64 `json:"replaced"` // ready sandboxes found dead and replaced
 	Recycled   uint64 `json:"recycled"` // ready sandboxes retired at max idle age
 	StartErrs  uint64 `json:"start_errors"`
+	// IdleMemoryBytes is the mean memory charge of the ready sandboxes.
+	IdleMemoryBytes uint64 `json:"idle_memory_bytes"`
 }
 
 // Pool is a pool of ready sandboxes of one image and profile.
@@ -188,9 +190,22 @@ func (p *Pool) count(f func(*Stats)) {
 // Stats returns a snapshot of the counters.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	st := p.stats
 	st.Ready, st.Starting = len(p.ready), p.starting
+	ready := make([]*sandbox.Sandbox, 0, len(p.ready))
+	for _, s := range p.ready {
+		ready = append(ready, s.sb)
+	}
+	p.mu.Unlock()
+	var sum, n uint64
+	for _, sb := range ready {
+		if m, err := sb.MemoryCurrent(); err == nil {
+			sum, n = sum+m, n+1
+		}
+	}
+	if n > 0 {
+		st.IdleMemoryBytes = sum / n
+	}
 	return st
 }
 

@@ -307,6 +307,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	if err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
 	specconvMu.Lock()
 	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName: id, Spec: spec, NoNewKeyring: true,
@@ -316,6 +317,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 		return nil, fmt.Errorf("converting spec of sandbox %s: %w", id, err)
 	}
 	lc.Rlimits = rlimits(spec.Process.Rlimits)
+	tSpec := time.Since(t0)
 	c, err := libcontainer.Create(r.root, id, lc)
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
@@ -365,12 +367,14 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	s.proc = p
 	go s.wait()
 	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id)})
-	r.log.Debug("sandbox started", "sandbox", id, "elapsed", time.Since(s.started))
+	tRun := time.Since(s.started)
 	hello, err := s.client.Hello(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %s agent did not start: %w%s", id, err, s.stderrNote())
 	}
 	s.hello = hello
+	r.log.Debug("sandbox started", "sandbox", id, "spec", tSpec, "create", s.started.Sub(t0)-tSpec,
+		"run", tRun, "agent_ready", time.Since(s.started)-tRun, "total", time.Since(t0))
 	return s, nil
 }
 
