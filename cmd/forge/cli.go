@@ -66,10 +66,13 @@ type globals struct {
 	stateDir string
 	config   string
 	logLevel string
-	log      *slog.Logger
-	stdin    io.Reader
-	stdout   io.Writer
-	stderr   io.Writer
+	// logExplicit: --log-level or FORGE_LOG_LEVEL was given, so the
+	// config's server.log_level does not override it.
+	logExplicit bool
+	log         *slog.Logger
+	stdin       io.Reader
+	stdout      io.Writer
+	stderr      io.Writer
 }
 
 // Main runs the CLI and returns the process exit code.
@@ -83,7 +86,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&g.stateDir, "state-dir", os.Getenv("FORGE_STATE_DIR"), "")
 	fs.StringVar(&g.config, "config", os.Getenv("FORGE_CONFIG"), "")
-	fs.StringVar(&g.logLevel, "log-level", envOr("FORGE_LOG_LEVEL", "warn"), "")
+	fs.StringVar(&g.logLevel, "log-level", os.Getenv("FORGE_LOG_LEVEL"), "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, topUsage)
@@ -97,13 +100,14 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, topUsage)
 		return exitUsage
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "forge: --log-level %q: want debug, info, warn or error\n", g.logLevel)
+	g.logExplicit = g.logLevel != ""
+	if !g.logExplicit {
+		g.logLevel = "warn"
+	}
+	if err := g.setLogLevel(g.logLevel); err != nil {
+		fmt.Fprintf(stderr, "forge: --log-level: %v\n", err)
 		return exitUsage
 	}
-	g.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
-	slog.SetDefault(g.log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -148,13 +152,6 @@ func exitCode(stderr io.Writer, err error) int {
 	return exitInfra
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
 // loadConfig reads the configuration (file, FORGE_* environment, defaults)
 // and applies --state-dir.
 func (g *globals) loadConfig() (*profiles.Config, error) {
@@ -166,6 +163,17 @@ func (g *globals) loadConfig() (*profiles.Config, error) {
 		cfg.StateDir = g.stateDir
 	}
 	return cfg, nil
+}
+
+// setLogLevel (re)creates the stderr logger at level.
+func (g *globals) setLogLevel(level string) error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return fmt.Errorf("%q: want debug, info, warn or error", level)
+	}
+	g.log = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: lvl}))
+	slog.SetDefault(g.log)
+	return nil
 }
 
 func cmdVersion(_ context.Context, g *globals, _ []string) error {

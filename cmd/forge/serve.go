@@ -54,6 +54,11 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	if !g.logExplicit && cfg.Server.LogLevel != "" {
+		if err := g.setLogLevel(cfg.Server.LogLevel); err != nil {
+			return usageError{fmt.Errorf("server.log_level: %w", err)}
+		}
+	}
 	addr := *httpAddr
 	if addr == "" && cfg.Server.Transport == "http" {
 		addr = cfg.Server.HTTPAddr
