@@ -234,7 +234,7 @@ func (c *Config) setDefaults() error {
 }
 
 // specconvMu serializes specconv.CreateLibcontainerConfig, which writes
-// package globals of runc's specconv.
+// package globals of runc's specconv (the default devices).
 var specconvMu sync.Mutex
 
 func newID() string {
@@ -312,6 +312,14 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
 		CgroupName: id, Spec: spec, NoNewKeyring: true,
 	})
+	if err == nil {
+		// The devices point at specconv's package-level defaults, which
+		// it writes (owner uids) on every call: give this config copies.
+		for i, d := range lc.Devices {
+			c := *d
+			lc.Devices[i] = &c
+		}
+	}
 	specconvMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("converting spec of sandbox %s: %w", id, err)
