@@ -86,6 +86,9 @@ func Close() error {
 	shared.rt.Close()
 	shared.fs.Release()
 	shared.store.Close()
+	if merr := MountsLeft(testutilState()); merr != nil && err == nil {
+		err = merr
+	}
 	return err
 }
 
@@ -118,8 +121,34 @@ func Leftovers(rt *sandbox.Runtime, state string) error {
 			problems = append(problems, "cgroup "+p)
 		}
 	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "/forge/"+prefix) {
+			problems = append(problems, "process "+filepath.Base(filepath.Dir(p)))
+		}
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("left behind: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// MountsLeft reports mounts of this process's image store still present.
+func MountsLeft(state string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	mine := filepath.Join(state, "run", fmt.Sprint(os.Getpid())) + "/"
+	var left []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], mine) {
+			left = append(left, f[4])
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("mounts left: %v", left)
 	}
 	return nil
 }
