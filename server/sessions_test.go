@@ -9,7 +9,6 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-
 )
 
 func callTool(t *testing.T, c *client.Client, name string, args map[string]any) *mcp.CallToolResult {

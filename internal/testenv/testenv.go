@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/hooks"
 	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
@@ -215,4 +216,23 @@ func MCPServer(t testing.TB) string {
 		t.Fatal(mcpServer.err)
 	}
 	return mcpServer.path
+}
+
+// Main is the TestMain of packages whose tests start sandboxes: the re-exec
+// hooks first (the test binary is the containers' init), then the tests,
+// then Close, failing the run if anything was left behind. cleanup, if not
+// nil, runs before the exit.
+func Main(m *testing.M, cleanup func()) {
+	if hooks.Reexec() {
+		return
+	}
+	code := m.Run()
+	if err := Close(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		code = 1
+	}
+	if cleanup != nil {
+		cleanup()
+	}
+	os.Exit(code)
 }

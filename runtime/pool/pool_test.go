@@ -3,30 +3,18 @@ package pool_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
-	"github.com/mcp-forge/forge/internal/hooks"
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"golang.org/x/sys/unix"
 )
 
-func TestMain(m *testing.M) {
-	if hooks.Reexec() {
-		return
-	}
-	code := m.Run()
-	if err := testenv.Close(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
 var limits = cgroups.Limits{MemoryBytes: 256 << 20, CPUs: 1, Pids: 64}
 

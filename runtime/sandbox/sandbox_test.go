@@ -12,23 +12,12 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
-	"github.com/mcp-forge/forge/internal/hooks"
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
-func TestMain(m *testing.M) {
-	if hooks.Reexec() {
-		return
-	}
-	code := m.Run()
-	if err := testenv.Close(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
 func setup(t testing.TB) (*sandbox.Runtime, string) {
 	t.Helper()

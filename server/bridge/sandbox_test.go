@@ -2,7 +2,6 @@ package bridge_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,25 +9,17 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
-	"github.com/mcp-forge/forge/internal/hooks"
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/server/bridge"
 )
 
 func TestMain(m *testing.M) {
-	if hooks.Reexec() {
-		return
-	}
-	code := m.Run()
-	if err := testenv.Close(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		code = 1
-	}
-	if testServer.dir != "" {
-		os.RemoveAll(testServer.dir)
-	}
-	os.Exit(code)
+	testenv.Main(m, func() {
+		if testServer.dir != "" {
+			os.RemoveAll(testServer.dir)
+		}
+	})
 }
 
 // TestSandbox is code mode end to end, minus the engine: a pre-started
