@@ -263,6 +263,12 @@ func (p *Pool) fillOne() {
 	sb, err := p.prepare()
 	p.mu.Lock()
 	p.starting--
+	if err != nil && p.ctx.Err() != nil {
+		// Closing: a start cut short is not a failure.
+		p.mu.Unlock()
+		p.log.Debug("pooled sandbox start cancelled by shutdown", "err", err)
+		return
+	}
 	if err != nil {
 		p.stats.StartErrs++
 		p.mu.Unlock()
