@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"github.com/mcp-forge/forge/runtime/session"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +120,20 @@ func TestListenAddr(t *testing.T) {
 			t.Errorf("ListenAddr(%q) = nil error, want one", bad)
 		}
 	}
+}
+
+func FuzzDecodeSessionArgs(f *testing.F) {
+	for _, s := range []string{`{}`, `{"session_id":"a"}`, `{"session_id":"a","path":"x","content":"y","encoding":"base64"}`,
+		`{"session_id":"../a"}`, `{"variables":{"x":"y"},"session_id":"s","clear":true}`, `null`, `[1]`, `{"session_id":1}`} {
+		f.Add(toolWriteFile, s)
+		f.Add(toolDocumentState, s)
+	}
+	f.Fuzz(func(t *testing.T, tool, raw string) {
+		a, err := decodeSessionArgs(tool, []byte(raw))
+		if err == nil && a.SessionID != "" {
+			if verr := session.ValidID(a.SessionID); verr != nil {
+				t.Fatalf("accepted an invalid session id %q", a.SessionID)
+			}
+		}
+	})
 }
