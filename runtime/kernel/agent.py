@@ -9,19 +9,85 @@ every reply as untrusted. What the agent guarantees is that ordinary output (pri
 processes, stray writes to fd 1/2) never reaches the reply channel.
 """
 
-import ast
-import base64
-import io
-import json
-import linecache
 import os
-import signal
 import sys
-import threading
-import time
-import traceback
 
 REQ_FD, REP_FD = 3, 4
+
+# pid 1 of the sandbox only reaps orphans and forwards these signals to the agent (its child).
+# It runs this code in a fresh, minimal interpreter (python3 -I -S -c ... <agent pid>): that
+# costs less memory than a fork of the agent, whose every page the agent writes later would be
+# copied and charged twice. Only builtin modules, so it needs no file system lookups.
+_REAPER = r"""
+import posix, _signal
+
+def reap(child):
+    def forward(signum, frame):
+        try:
+            posix.kill(child, signum)
+        except ProcessLookupError:
+            pass
+
+    sigs = [getattr(_signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT",
+                                                "SIGUSR1", "SIGUSR2")]
+    for sig in sigs:
+        _signal.signal(sig, forward)
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, sigs)  # delivers what came before this point
+    while True:
+        try:
+            pid, status = posix.waitpid(-1, 0)
+        except ChildProcessError:
+            posix._exit(1)
+        if pid == child:
+            code = posix.waitstatus_to_exitcode(status)
+            posix._exit(code if code >= 0 else 128 - code)
+"""
+
+
+def _reap_as_init():
+    """As pid 1 of the sandbox the agent would inherit every orphaned process and must reap it,
+    but waiting for any child would steal exit statuses from subprocess. So pid 1 forks: the
+    parent only reaps and forwards signals (the host's SIGINT included), the child is the agent.
+    When the agent exits, so does pid 1, and the kernel kills whatever is left.
+
+    This runs before the agent's imports and the parent replaces itself with _REAPER in a new
+    interpreter. The forwarded signals stay blocked (the mask and pending signals survive
+    execve) until the reaper has its handlers, so none is lost or kills the wrong process."""
+    if os.getpid() != 1:
+        return
+    import _signal
+
+    sigs = [getattr(_signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT",
+                                                "SIGUSR1", "SIGUSR2")]
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, sigs)
+    child = os.fork()
+    if child == 0:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, sigs)
+        return
+    os.close(REQ_FD)  # the host must see EOF on the replies when the agent dies
+    os.close(REP_FD)
+    if sys.executable:
+        try:
+            os.execv(sys.executable, [sys.executable, "-I", "-S", "-B", "-c",
+                                      _REAPER + "reap(%d)\n" % child])
+        except OSError:
+            pass
+    ns = {}  # no interpreter to exec: reap in this one
+    exec(_REAPER, ns)
+    ns["reap"](child)
+
+
+if __name__ == "__main__":
+    _reap_as_init()
+
+import _thread  # noqa: E402 (after the fork above, so pid 1 never loads the rest)
+import ast  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import linecache  # noqa: E402 (tracebacks and warnings show the cell's lines from its cache)
+import signal  # noqa: E402
+import time  # noqa: E402
+
 HIGH_FD = 100  # the protocol fds move here, close-on-exec, out of the way of user code
 CELL = "<cell>"
 DEFAULT_OUTPUT_LIMIT = 1 << 20
@@ -105,12 +171,17 @@ class _Capture:
     A watcher thread shrinks a memfd that grows far past the cap while the code still runs:
     writers keep their file offset, so later writes land past a hole and cost no memory."""
 
-    lock = threading.Lock()
-    active = threading.Event()
+    lock = _thread.allocate_lock()
+    idle = _thread.allocate_lock()  # held while no exec captures: the watcher waits on it
+    idle.acquire()
+    watching = False
     fds = ()
     cap = 0
 
     def __init__(self, cap):
+        if not _Capture.watching:  # started on the first exec: an idle agent has one thread
+            _thread.start_new_thread(_Capture.watch, ())
+            _Capture.watching = True
         self.cap = cap
         self.out = os.memfd_create("stdout", os.MFD_CLOEXEC)
         self.err = os.memfd_create("stderr", os.MFD_CLOEXEC)
@@ -120,7 +191,7 @@ class _Capture:
         sys.stderr = self.stderr = _text_stream(2)
         with _Capture.lock:
             _Capture.fds, _Capture.cap = (self.out, self.err), cap
-            _Capture.active.set()
+        _Capture.idle.release()
 
     def finish(self):
         """Flushes, detaches fds 1/2 and returns (stdout, stderr, truncated)."""
@@ -129,8 +200,8 @@ class _Capture:
                 s.flush()
             except BaseException:
                 pass
+        _Capture.idle.acquire()
         with _Capture.lock:
-            _Capture.active.clear()
             _Capture.fds = ()
         os.dup2(_devnull, 1)
         os.dup2(_devnull, 2)
@@ -150,7 +221,8 @@ class _Capture:
     @staticmethod
     def watch():
         while True:
-            _Capture.active.wait()
+            with _Capture.idle:  # waits for an exec
+                pass
             time.sleep(0.05)
             with _Capture.lock:
                 for fd in _Capture.fds:
@@ -277,7 +349,7 @@ class _Display:
                 continue
             if mime.startswith("image/") and mime != "image/svg+xml":
                 if isinstance(data, (bytes, bytearray, memoryview)):
-                    data = base64.b64encode(data).decode("ascii")
+                    data = _b64encode(data)
                 elif not isinstance(data, str):
                     continue
             elif mime == "application/json":
@@ -307,7 +379,7 @@ class _Display:
             buf = io.BytesIO()
             try:
                 fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-                self.add("image/png", base64.b64encode(buf.getvalue()).decode("ascii"))
+                self.add("image/png", _b64encode(buf.getvalue()))
             except KeyboardInterrupt:
                 raise
             except Exception as e:
@@ -317,6 +389,12 @@ class _Display:
 
 
 _current_display = None
+
+
+def _b64encode(data):
+    import base64
+
+    return base64.b64encode(data).decode("ascii")
 
 
 def display(*objs):
@@ -377,6 +455,8 @@ def _strip_agent_frames(e):
 
 
 def _error(e):
+    import traceback
+
     try:
         _strip_agent_frames(e)
     except Exception:
@@ -400,6 +480,8 @@ def _error(e):
 
 
 def _syntax_error(e):
+    import traceback
+
     line, col = e.lineno or 0, e.offset or 0
     err = {
         "type": type(e).__name__,
@@ -651,6 +733,8 @@ def _ws_path(rel):
 
 
 def op_write_file(req):
+    import base64
+
     path = _ws_path(req.get("path"))
     try:
         data = base64.b64decode(req.get("data") or "", validate=True)
@@ -684,7 +768,7 @@ def op_read_file(req):
         raise FileError("reading %s: %s" % (req.get("path"), e.strerror or e))
     if len(data) > limit:
         raise FileError("%s is over the limit of %d bytes" % (req.get("path"), limit))
-    return {"data": base64.b64encode(data).decode("ascii"), "size": len(data), "path": path}
+    return {"data": _b64encode(data), "size": len(data), "path": path}
 
 
 def op_list_files(req):
@@ -749,6 +833,8 @@ def _handle(line):
     except FileError as e:
         return {"id": rid, "ok": False, "error": {"type": "FileError", "message": str(e)}}
     except BaseException as e:  # a bug in the agent, or an interrupt outside user code
+        import traceback
+
         return {"id": rid, "ok": False, "error": {
             "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),
             "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__))}}
@@ -758,52 +844,21 @@ def _handle(line):
 
 
 def _modules():
-    import importlib.util
-
     found = {}
-    for name in OPTIONAL_MODULES:
-        try:
-            found[name] = importlib.util.find_spec(name) is not None
-        except Exception:
-            found[name] = False
+    for name in OPTIONAL_MODULES:  # importlib.util.find_spec without importing importlib.util
+        found[name] = False
+        for finder in sys.meta_path:
+            try:
+                if finder.find_spec(name, None) is not None:
+                    found[name] = True
+                    break
+            except Exception:
+                pass
     return found
-
-
-def _reap_as_init():
-    """As pid 1 of the sandbox the agent would inherit every orphaned process and must reap it,
-    but waiting for any child would steal exit statuses from subprocess. So pid 1 forks: the
-    parent only reaps and forwards signals (the host's SIGINT included), the child is the agent.
-    When the agent exits, so does pid 1, and the kernel kills whatever is left."""
-    if os.getpid() != 1:
-        return
-    child = os.fork()
-    if child == 0:
-        return
-    os.close(REQ_FD)  # the host must see EOF on the replies when the agent dies
-    os.close(REP_FD)
-
-    def forward(signum, frame):
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
-                signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, forward)
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(1)
-        if pid == child:
-            code = os.waitstatus_to_exitcode(status)
-            os._exit(code if code >= 0 else 128 - code)
 
 
 def main():
     global _agent_pid
-    _reap_as_init()
     _agent_pid = os.getpid()
     _setup_fds()
     sys.modules["__main__"] = _main
@@ -813,7 +868,6 @@ def main():
     signal.signal(signal.SIGINT, _sigint)
     if "" not in sys.path:
         sys.path.insert(0, "")  # like Jupyter: modules in the working directory import
-    threading.Thread(target=_Capture.watch, name="forge-capture", daemon=True).start()
     _send({"op": "hello", "python": "%d.%d.%d" % sys.version_info[:3], "pid": os.getpid(),
            "modules": _modules()})
     while True:

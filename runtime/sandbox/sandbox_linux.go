@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -364,7 +365,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 		Rlimits:         lc.Rlimits,
 	}
 	s.started = time.Now()
-	err = c.Run(p)
+	err = r.run(c, p)
 	reqR.Close()
 	repW.Close()
 	if err != nil {
@@ -384,6 +385,30 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	r.log.Debug("sandbox started", "sandbox", id, "spec", tSpec, "create", s.started.Sub(t0)-tSpec,
 		"run", tRun, "agent_ready", time.Since(s.started)-tRun, "total", time.Since(t0))
 	return s, nil
+}
+
+// The cgroup fs manager's subsystems detect their file names on their
+// first Set and store them in package globals, so the first sandbox start
+// of the process runs alone.
+var (
+	firstStart sync.Mutex
+	warmedUp   atomic.Bool // a start succeeded
+)
+
+// run starts the container (see firstStart).
+func (r *Runtime) run(c *libcontainer.Container, p *libcontainer.Process) error {
+	if !warmedUp.Load() {
+		firstStart.Lock()
+		defer firstStart.Unlock()
+		if !warmedUp.Load() {
+			err := c.Run(p)
+			if err == nil {
+				warmedUp.Store(true)
+			}
+			return err
+		}
+	}
+	return c.Run(p)
 }
 
 func rlimits(in []specs.POSIXRlimit) []configs.Rlimit {
