@@ -16,10 +16,12 @@
 // as untrusted, and any malformed reply breaks the client for good (the host then kills the
 // sandbox).
 //
-// As pid 1 of its pid namespace the agent forks once: pid 1 only reaps orphaned processes (so
-// zombies of background jobs do not pile up against pids.max) and forwards SIGINT, SIGTERM,
-// SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the agent, which runs as pid 2 (Hello.PID). When the
-// agent exits, pid 1 exits with its status and the kernel kills the rest of the sandbox.
+// As pid 1 of its pid namespace the agent forks once, before its imports, and pid 1 re-executes
+// itself as a minimal reaper (python3 -I -S, builtin modules only, ~2.4 MB): it only reaps
+// orphaned processes (so zombies of background jobs do not pile up against pids.max) and
+// forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the agent, which runs as
+// pid 2 (Hello.PID). When the agent exits, pid 1 exits with its status and the kernel kills the
+// rest of the sandbox.
 //
 // Interrupts are not requests (the agent's only thread is busy running the code): the host
 // sends SIGINT to the sandbox's init process (ExecRequest.Interrupt). During an exec that raises KeyboardInterrupt in the user's
