@@ -249,7 +249,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, erro
 	if err != nil {
 		return nil, err
 	}
-	e.audit.Log(audit.Event{Event: audit.EventExecutionRequest, Severity: "info", Image: plan.Image,
+	e.audit.Log(audit.Event{Event: audit.EventExecutionRequest, Severity: audit.SeverityInfo, Image: plan.Image,
 		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client})
 	if req.SessionID != "" || req.NewSession {
 		return e.executeSession(ctx, req, plan)
@@ -259,7 +259,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, erro
 		return nil, err
 	}
 	defer e.destroy(sb)
-	e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: "info", SandboxID: sb.ID(), Image: plan.Image})
+	e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), Image: plan.Image})
 	if len(req.MCPTools) > 0 {
 		g, err := e.grantTools(ctx, sb, req.MCPTools)
 		if err != nil {
@@ -313,6 +313,12 @@ func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandb
 		cfg.BridgeDir = bridgeDir
 	}
 	cfg.OnDestroy = func() {
+		// Every way a sandbox ends (stateless run, pool recycling, session
+		// hibernated, lost or destroyed, shutdown) comes through here.
+		if sbID != "" {
+			e.audit.Log(audit.Event{Event: audit.EventContainerStop, Severity: audit.SeverityInfo, SandboxID: sbID, Image: image})
+			e.audit.Log(audit.Event{Event: audit.EventContainerRemove, Severity: audit.SeverityInfo, SandboxID: sbID, Image: image})
+		}
 		if bridgeDir != "" {
 			os.RemoveAll(bridgeDir)
 		}
@@ -328,7 +334,7 @@ func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandb
 		return nil, err
 	}
 	sbID = sb.ID()
-	e.audit.Log(audit.Event{Event: audit.EventContainerCreate, Severity: "info", SandboxID: sb.ID(), Image: image})
+	e.audit.Log(audit.Event{Event: audit.EventContainerCreate, Severity: audit.SeverityInfo, SandboxID: sb.ID(), Image: image})
 	return sb, nil
 }
 
@@ -340,7 +346,6 @@ func (e *Engine) destroy(sb *sandbox.Sandbox) {
 		if err := sb.Destroy(); err != nil {
 			e.log.Warn("destroying sandbox", "sandbox", sb.ID(), "err", err)
 		}
-		e.audit.Log(audit.Event{Event: audit.EventContainerRemove, Severity: "info", SandboxID: sb.ID()})
 	}()
 }
 

@@ -2,9 +2,11 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +14,10 @@ import (
 
 	"github.com/mcp-forge/forge/internal/hooks"
 	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/server/audit"
 )
 
 func TestMain(m *testing.M) {
@@ -125,5 +129,59 @@ func waitPool(t *testing.T, eng *engine.Engine, n int) {
 			t.Fatalf("pool not ready: %+v", st)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestAuditTrail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	log, err := audit.Open(path, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := profiles.Default()
+	cfg.StateDir = testutil.StateDir(t)
+	cfg.Pool.Enabled = false
+	eng, err := engine.New(context.Background(), engine.Options{Config: cfg, Audit: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.ImportImages(t, eng.Store(), false)
+	code := "print('SECRET_CODE_4711')"
+	if _, err := eng.Execute(context.Background(), engine.Request{Code: code}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.Execute(context.Background(), engine.Request{Code: "x = 1", SessionID: "audited"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Sessions().Destroy(context.Background(), "audited"); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	log.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "SECRET_CODE_4711") {
+		t.Error("the audit log contains the code")
+	}
+	seen := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var ev audit.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		seen[ev.Event]++
+		if ev.Event == audit.EventExecutionRequest && ev.CodeSHA256 == audit.CodeHash(code) {
+			seen["hash"]++
+		}
+	}
+	for _, ev := range []string{audit.EventExecutionRequest, audit.EventContainerCreate, audit.EventContainerStart,
+		audit.EventContainerStop, audit.EventContainerRemove, audit.EventSessionCreate, audit.EventSessionDestroy, "hash"} {
+		if seen[ev] == 0 {
+			t.Errorf("no %s event in the audit log: %v", ev, seen)
+		}
 	}
 }

@@ -37,6 +37,15 @@ func TestSessionKeepsNamespace(t *testing.T) {
 	if r := call(t, eng, "a", "f(16)"); fmt.Sprint(r.Result) != "4.0" {
 		t.Errorf("f(16) = %v (error %+v)", r.Result, r.Error)
 	}
+	list, err := eng.Sessions().List(context.Background())
+	if err != nil || len(list) == 0 {
+		t.Fatalf("List: %v %v", list, err)
+	}
+	for _, s := range list {
+		if s.ID == "a" && (s.VariableCount != 2 || s.MemoryBytes == 0 || s.Status != session.Active) {
+			t.Errorf("list_sessions row %+v, want 2 variables (x, f), memory > 0, active", s)
+		}
+	}
 	// A second session sees none of it: variables, files, processes.
 	call(t, eng, "a", "open('/workspace/mine.txt', 'w').write('a')\nimport subprocess\np = subprocess.Popen(['sleep', '60'])")
 	r := call(t, eng, "b", "import os\n[('x' in globals()), os.path.exists('/workspace/mine.txt'), len([p for p in os.listdir('/proc') if p.isdigit()])]")

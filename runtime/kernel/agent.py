@@ -558,6 +558,11 @@ def op_ping(req):
     return {"pong": True}
 
 
+def op_count(req):
+    """The number of user variables, cheaply (no reprs, no sizes)."""
+    return {"count": sum(1 for _ in _user_vars())}
+
+
 # ---------------------------------------------------------------- inspect
 
 class _Timeout(BaseException):  # BaseException: reprlib and user code catch Exception
@@ -799,6 +804,7 @@ OPS = {
     "exec": op_exec,
     "inspect": op_inspect,
     "ping": op_ping,
+    "count": op_count,
     "warm": op_warm,
     "pickle_state": op_pickle_state,
     "restore_state": op_restore_state,

@@ -236,6 +236,15 @@ func (c *Client) Ping(ctx context.Context) error {
 	return err
 }
 
+// CountVariables returns the number of user variables in the namespace.
+func (c *Client) CountVariables(ctx context.Context) (int, error) {
+	rep, err := c.roundTrip(ctx, &request{Op: "count"}, nil, 0)
+	if err != nil {
+		return 0, err
+	}
+	return rep.Count, nil
+}
+
 // Warm imports modules that exist in the image (the warm pool does this before pausing a
 // sandbox) and returns the ones imported.
 func (c *Client) Warm(ctx context.Context, modules []string) ([]string, error) {

@@ -64,8 +64,10 @@ type Meta struct {
 	LostReason string      `json:"lost_reason,omitempty"`
 	Documented *Documented `json:"documented,omitempty"`
 	// Variables is the last known introspection (after document_state,
-	// a variables read, or hibernation).
-	Variables []kernel.Variable `json:"variables,omitempty"`
+	// a variables read, or hibernation); VariableCount is counted after
+	// every call.
+	Variables     []kernel.Variable `json:"variables,omitempty"`
+	VariableCount int               `json:"variable_count"`
 	// Unsaved names the variables the last hibernation could not pickle;
 	// Unrestored those the last restore could not bring back (both).
 	Unsaved    []string `json:"unsaved,omitempty"`
@@ -187,6 +189,13 @@ func (m *Manager) Call(ctx context.Context, id, image string, create bool, f fun
 	}
 	ferr := f(s.sb, &s.meta)
 	s.meta.LastActive = time.Now().UTC()
+	if s.sb.Alive() {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		if n, err := s.sb.Client().CountVariables(cctx); err == nil {
+			s.meta.VariableCount = n
+		}
+		cancel()
+	}
 	if !s.sb.Alive() {
 		s.dropSandboxLocked("the sandbox died")
 	} else if err := s.sb.Pause(); err != nil {
@@ -565,7 +574,7 @@ func (m *Manager) Document(ctx context.Context, id string, vars map[string]strin
 		if err != nil {
 			return err
 		}
-		meta.Variables = intro
+		meta.Variables, meta.VariableCount = intro, len(intro)
 		if meta.Documented == nil || clear {
 			meta.Documented = &Documented{Variables: map[string]string{}}
 		}
@@ -637,7 +646,7 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 				continue
 			}
 			info = Info{ID: meta.ID, Image: meta.Image, Created: meta.Created, LastActive: meta.LastActive,
-				Status: meta.Status, VariableCount: len(meta.Variables)}
+				Status: meta.Status, VariableCount: meta.VariableCount}
 		}
 		out = append(out, info)
 	}
@@ -647,7 +656,7 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 
 func (s *Session) infoLocked() Info {
 	info := Info{ID: s.meta.ID, Image: s.meta.Image, Created: s.meta.Created, LastActive: s.meta.LastActive,
-		Status: s.meta.Status, VariableCount: len(s.meta.Variables)}
+		Status: s.meta.Status, VariableCount: s.meta.VariableCount}
 	if s.sb != nil {
 		if mem, err := s.sb.MemoryCurrent(); err == nil {
 			info.MemoryBytes = mem
