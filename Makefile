@@ -3,10 +3,11 @@ GO        ?= go
 TAGS      := seccomp containers_image_openpgp exclude_graphdriver_btrfs
 GOFLAGS   := -tags '$(TAGS)'
 BIN       := bin/forge
+CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/forge,$(HOME)/.cache/forge))
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all deps build image image-data run test test-go test-clients bench lint clean
+.PHONY: all deps build image image-data test-images run test test-clients bench lint clean
 
 all: build
 
@@ -27,7 +28,17 @@ image-data: build
 run: build image
 	$(BIN) serve
 
-test: build image image-data
+# The state dir the tests share (internal/testutil.StateDir).
+FORGE_TEST_STATE_DIR ?= /var/lib/forge-test
+export FORGE_TEST_STATE_DIR
+
+# Tests of several packages run in parallel on one store: import the images
+# once, up front (a no-op when present), so no two test processes race to.
+test-images: image image-data
+	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python_3.11
+	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python-data_3.11
+
+test: build test-images
 	$(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
 
