@@ -340,3 +340,18 @@ func TestWorkspaceQuota(t *testing.T) {
 		t.Errorf("after ENOSPC: %+v", r)
 	}
 }
+
+func TestWorkspaceInodesCapped(t *testing.T) {
+	r := run(t, `import errno
+n = 0
+try:
+    for n in range(200000):
+        open(f'/workspace/f{n}', 'w').close()
+except OSError as e:
+    err = errno.errorcode[e.errno]
+[n, err]`, 60*time.Second, defaultLimits)
+	v, _ := r.Result.([]any)
+	if len(v) != 2 || num(v[0]) > 70000 || v[1] != "ENOSPC" {
+		t.Errorf("creating 200000 files: %v error %+v", r.Result, r.Error)
+	}
+}

@@ -137,6 +137,9 @@ func WithIDMapping(base, size uint32) SpecOpt {
 	}
 }
 
+// maxInodes caps the files and directories of each writable tmpfs.
+const maxInodes = 65536
+
 // WithTmpfs mounts a size-capped writable tmpfs at dst owned by the sandbox user.
 func WithTmpfs(dst string, size int64) SpecOpt {
 	return func(s *specs.Spec) error {
@@ -148,6 +151,9 @@ func WithTmpfs(dst string, size int64) SpecOpt {
 			Destination: dst, Type: "tmpfs", Source: "tmpfs",
 			Options: []string{"nosuid", "nodev", "mode=0755",
 				"size=" + strconv.FormatInt(size, 10),
+				// Bounded inodes: a million empty files would cost no
+				// space but would cost the host a copy at hibernation.
+				"nr_inodes=" + strconv.FormatInt(maxInodes, 10),
 				"uid=" + strconv.FormatUint(uint64(u.UID), 10),
 				"gid=" + strconv.FormatUint(uint64(u.GID), 10)},
 		})
