@@ -93,7 +93,7 @@ func TestSessionOOMStartsFresh(t *testing.T) {
 func TestSessionLimits(t *testing.T) {
 	eng := testenv.Engine(t, false, func(c *profiles.Config) {
 		c.Sessions.MaxConcurrent = 2
-		c.Sessions.IdleTimeout = profiles.Duration(300 * time.Millisecond)
+		c.Sessions.IdleTimeout = profiles.Duration(3 * time.Second)
 		c.Sessions.Persist = false
 	})
 	call(t, eng, "l1", "x = 1")
@@ -215,4 +215,37 @@ func TestSessionSurvivesRestart(t *testing.T) {
 		t.Errorf("Destroy: %v", err)
 	}
 	_ = base64.StdEncoding
+}
+
+func TestHibernationFailureKeepsSession(t *testing.T) {
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		c.Sessions.IdleTimeout = profiles.Duration(200 * time.Millisecond)
+		c.Sessions.Persist = true
+	})
+	// 100 MB of state cannot be pickled into the 64 MB /tmp: hibernation
+	// fails, and the session must stay live rather than be lost.
+	call(t, eng, "big", "x = bytearray(100 << 20)")
+	time.Sleep(time.Second)
+	r := call(t, eng, "big", "len(x)")
+	if fmt.Sprint(r.Result) != "104857600" {
+		t.Errorf("after a failed hibernation: result %v error %+v notes %q", r.Result, r.Error, r.Notes)
+	}
+	call(t, eng, "small", "y = 1")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, _ := eng.Sessions().List(context.Background())
+		hibernated := false
+		for _, s := range list {
+			hibernated = hibernated || (s.ID == "small" && s.Status == session.Hibernated)
+		}
+		if hibernated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the small session was not hibernated: %+v", list)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	eng.Sessions().Destroy(context.Background(), "big")
+	eng.Sessions().Destroy(context.Background(), "small")
 }

@@ -619,7 +619,12 @@ def _describe(name, value):
 
 def _safe_repr_via(r, value):
     try:
-        s = r.repr(value)
+        if isinstance(value, (bytes, bytearray)) and len(value) > INSPECT_REPR_LIMIT:
+            # repr() of the whole object would need 4 bytes per byte (a 100 MB
+            # bytearray would OOM the sandbox) in one uninterruptible call.
+            s = repr(value[:INSPECT_REPR_LIMIT]) + "…"
+        else:
+            s = r.repr(value)
     except (KeyboardInterrupt, _Timeout):
         raise
     except BaseException as e:

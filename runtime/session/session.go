@@ -469,7 +469,7 @@ func writeMeta(dir string, m *Meta) error {
 
 // hibernateLocked saves the namespace and /workspace to disk and destroys
 // the sandbox; the session stays listed and comes back on its next call.
-func (s *Session) hibernateLocked(ctx context.Context) error {
+func (s *Session) hibernateLocked(ctx context.Context, force bool) error {
 	if s.sb == nil {
 		return nil
 	}
@@ -479,6 +479,13 @@ func (s *Session) hibernateLocked(ctx context.Context) error {
 		return err
 	}
 	err := s.saveStateLocked(ctx, dir)
+	if err != nil && !force && s.sb.Alive() {
+		// Nothing is lost: the session stays live (paused) and the
+		// reaper tries again later.
+		s.meta.Status = Active
+		_ = s.sb.Pause()
+		return errors.Join(fmt.Errorf("hibernating session %s (kept live): %w", s.meta.ID, err), s.saveLocked())
+	}
 	_ = s.sb.Destroy()
 	s.setSandbox(nil)
 	if err != nil {
@@ -718,8 +725,12 @@ func (m *Manager) reap() {
 func (m *Manager) idleOut(s *Session) {
 	id := s.meta.ID
 	if m.opts.Persist {
-		if err := s.hibernateLocked(context.Background()); err != nil {
+		if err := s.hibernateLocked(context.Background(), false); err != nil {
 			m.log.Warn("hibernating idle session", "session", id, "err", err)
+			if s.sb != nil {
+				s.meta.LastActive = time.Now().UTC() // retry after another idle period
+				return
+			}
 		}
 		m.release(s)
 		m.log.Info("idle session hibernated", "session", id)
@@ -753,7 +764,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, s := range all {
 		s.mu.Lock()
 		if m.opts.Persist {
-			errs = append(errs, s.hibernateLocked(ctx))
+			errs = append(errs, s.hibernateLocked(ctx, true))
 		} else if s.sb != nil {
 			_ = s.sb.Destroy()
 			s.setSandbox(nil)
