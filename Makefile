@@ -14,8 +14,15 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
-build: deps
+REAPER    := runtime/kernel/reaperbin/reaper
+
+build: deps $(REAPER)
 	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/forge
+
+# The sandbox's pid 1 (see runtime/kernel/reaperbin/reaper.c), static so it runs in
+# any image; embedded into forge.
+$(REAPER): runtime/kernel/reaperbin/reaper.c
+	$(CC) -static -Os -s -o $@ $<
 
 # The default image forge/python:3.11 (and the data image) from Debian packages.
 # The OCI layout is cached under ~/.cache/forge, so this is quick when done once.
@@ -54,4 +61,4 @@ lint:
 	$(GO) vet $(GOFLAGS) ./...
 
 clean:
-	rm -rf bin
+	rm -rf bin $(REAPER)

@@ -30,7 +30,7 @@
 // (system(3) ignores it in the caller); the host's SIGKILL on the wall-clock timeout covers that.
 package kernel
 
-import _ "embed"
+import "embed"
 
 // AgentFileName is the agent's file name inside the directory mounted into the sandbox.
 const AgentFileName = "agent.py"
@@ -54,4 +54,21 @@ var AgentSource []byte
 // from writing .pyc files into /workspace.
 func Argv(agentPath string) []string {
 	return []string{"python3", "-I", "-B", agentPath}
+}
+
+// ReaperFileName is the static pid-1 reaper's file name beside the agent.
+const ReaperFileName = "reaper"
+
+//go:embed reaperbin
+var reaperFS embed.FS
+
+// Reaper is the static pid-1 reaper compiled from reaperbin/reaper.c by `make build`,
+// or nil when forge was built without it (the agent then reaps with a
+// minimal Python interpreter instead).
+func Reaper() []byte {
+	b, err := reaperFS.ReadFile("reaperbin/" + ReaperFileName)
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return b
 }

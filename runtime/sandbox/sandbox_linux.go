@@ -95,14 +95,23 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 	return r, nil
 }
 
-// writeAgent writes the embedded agent to StateDir/agent/<hash>/agent.py,
-// world-readable and never writable by the sandbox (it is bind-mounted
-// read-only, and owned by host root).
+// writeAgent writes the embedded agent (and the static pid-1 reaper, when
+// forge was built with it) to StateDir/agent/<hash>/, world-readable and
+// never writable by the sandbox (it is bind-mounted read-only, and owned by
+// host root).
 func writeAgent(stateDir string) (string, error) {
 	dir := filepath.Join(stateDir, "agent", agentHash())
-	path := filepath.Join(dir, kernel.AgentFileName)
-	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, kernel.AgentSource) {
-		return dir, nil
+	files := []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{{kernel.AgentFileName, kernel.AgentSource, 0o444}}
+	if r := kernel.Reaper(); r != nil {
+		files = append(files, struct {
+			name string
+			data []byte
+			mode os.FileMode
+		}{kernel.ReaperFileName, r, 0o555})
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("creating agent dir: %w", err)
@@ -112,26 +121,39 @@ func writeAgent(stateDir string) (string, error) {
 			return "", fmt.Errorf("chmod %q: %w", d, err)
 		}
 	}
-	tmp, err := os.CreateTemp(dir, ".agent-*")
-	if err != nil {
-		return "", fmt.Errorf("writing agent: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(kernel.AgentSource); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("writing agent: %w", err)
-	}
-	if err := tmp.Chmod(0o444); err != nil {
-		tmp.Close()
-		return "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return "", fmt.Errorf("installing agent: %w", err)
+	for _, f := range files {
+		if err := installFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
+			return "", err
+		}
 	}
 	return dir, nil
+}
+
+// installFile atomically writes data to path unless it is there already.
+func installFile(path string, data []byte, mode os.FileMode) error {
+	if b, err := os.ReadFile(path); err == nil && bytes.Equal(b, data) {
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".install-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("installing %s: %w", path, err)
+	}
+	return nil
 }
 
 func (r *Runtime) track(s *Sandbox) {
@@ -169,8 +191,10 @@ func (r *Runtime) Close() error {
 }
 
 func agentHash() string {
-	sum := sha256.Sum256(kernel.AgentSource)
-	return hex.EncodeToString(sum[:6])
+	h := sha256.New()
+	h.Write(kernel.AgentSource)
+	h.Write(kernel.Reaper())
+	return hex.EncodeToString(h.Sum(nil)[:6])
 }
 
 // Config describes one sandbox.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
@@ -353,5 +354,21 @@ except OSError as e:
 	v, _ := r.Result.([]any)
 	if len(v) != 2 || num(v[0]) > 70000 || v[1] != "ENOSPC" {
 		t.Errorf("creating 200000 files: %v error %+v", r.Result, r.Error)
+	}
+}
+
+func TestStaticReaperIsPid1(t *testing.T) {
+	testutil.Require(t, kernel.Reaper() != nil, "forge built without the static reaper (make build compiles it)")
+	r := run(t, "open('/proc/1/cmdline').read().split('\\0')[0]", 10*time.Second, defaultLimits)
+	if r.Result != "/opt/forge/agent/reaper" {
+		t.Errorf("pid 1 is %v, want the static reaper", r.Result)
+	}
+	// Orphans are reaped: a background child's zombie does not stay.
+	r = run(t, `import os, time
+os.system('sleep 0.1 &')
+time.sleep(0.5)
+[l.split()[2] for l in (open(f'/proc/{p}/stat').read() for p in os.listdir('/proc') if p.isdigit())]`, 10*time.Second, defaultLimits)
+	if strings.Contains(fmt.Sprint(r.Result), "Z") {
+		t.Errorf("process states %v: a zombie was not reaped", r.Result)
 	}
 }
