@@ -27,6 +27,23 @@ func setup(t testing.TB) (*sandbox.Runtime, string) {
 
 var defaultLimits = cgroups.Limits{MemoryBytes: 256 << 20, CPUs: 1, Pids: 64}
 
+// start starts a sandbox of the base image, destroyed when the test ends.
+func start(t testing.TB, cfg sandbox.Config) *sandbox.Sandbox {
+	t.Helper()
+	rt, root := setup(t)
+	cfg.Rootfs = root
+	sb, err := rt.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Destroy(); err != nil {
+			t.Errorf("Destroy: %v", err)
+		}
+	})
+	return sb
+}
+
 // run executes code in a fresh sandbox and destroys it.
 func run(t testing.TB, code string, timeout time.Duration, lim cgroups.Limits) *kernel.Result {
 	t.Helper()
@@ -262,13 +279,8 @@ func TestMemoryPeakAndTime(t *testing.T) {
 }
 
 func TestPauseResumeAndLimits(t *testing.T) {
-	rt, root := setup(t)
 	ctx := context.Background()
-	sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Destroy()
+	sb := start(t, sandbox.Config{Limits: defaultLimits})
 	if err := sb.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -288,13 +300,8 @@ func TestPauseResumeAndLimits(t *testing.T) {
 }
 
 func TestWorkspaceFiles(t *testing.T) {
-	rt, root := setup(t)
 	ctx := context.Background()
-	sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Destroy()
+	sb := start(t, sandbox.Config{Limits: defaultLimits})
 	c := sb.Client()
 	if err := c.WriteFile(ctx, "data/in.csv", []byte("a,b\n1,2\n")); err != nil {
 		t.Fatalf("WriteFile: %v", err)
@@ -325,13 +332,8 @@ func TestWorkspaceFiles(t *testing.T) {
 }
 
 func TestWorkspaceQuota(t *testing.T) {
-	rt, root := setup(t)
 	ctx := context.Background()
-	sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits, WorkspaceSize: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Destroy()
+	sb := start(t, sandbox.Config{Limits: defaultLimits, WorkspaceSize: 8 << 20})
 	r, err := sb.Exec(ctx, "import errno\ntry:\n    open('/workspace/big','wb').write(b'x' * (16 << 20))\nexcept OSError as e:\n    err = errno.errorcode[e.errno]\nerr", sandbox.ExecOptions{Timeout: 10 * time.Second})
 	if err != nil || r.Result != "ENOSPC" {
 		t.Fatalf("writing past the quota: %v result %v error %+v", err, r.Result, r.Error)
