@@ -236,3 +236,13 @@ func Main(m *testing.M, cleanup func()) {
 	}
 	os.Exit(code)
 }
+
+// StoreGC runs the shared image store's recovery (what a crashed forge
+// process left: mounts, temp blobs).
+func StoreGC(t testing.TB) {
+	t.Helper()
+	Runtime(t)
+	if _, err := shared.store.GC(context.Background()); err != nil {
+		t.Errorf("store GC: %v", err)
+	}
+}

@@ -71,6 +71,12 @@ func TestOrphansRemoved(t *testing.T) {
 	if _, err := os.Stat(state); !os.IsNotExist(err) {
 		t.Errorf("orphan state still there: %v", err)
 	}
+	// The helper's shared image mount is the store's to recover.
+	testenv.StoreGC(t)
+	helperRun := filepath.Join(filepath.Dir(filepath.Dir(state)), "run", fmt.Sprint(cmd.Process.Pid)) + "/"
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), helperRun) {
+		t.Errorf("mounts of the killed forge process left under %s", helperRun)
+	}
 	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/forge/" + id)
 	if len(cgs) > 0 {
 		t.Errorf("orphan cgroups left: %v", cgs)
