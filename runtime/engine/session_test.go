@@ -2,7 +2,6 @@ package engine_test
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
@@ -214,7 +213,6 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	if err := eng2.Sessions().Destroy(ctx, "r"); err != nil {
 		t.Errorf("Destroy: %v", err)
 	}
-	_ = base64.StdEncoding
 }
 
 func TestHibernationFailureKeepsSession(t *testing.T) {

@@ -607,7 +607,7 @@ func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
 		return nil, err
 	}
 	m.mu.Lock()
-	s, live := m.sessions[id]
+	_, live := m.sessions[id]
 	m.mu.Unlock()
 	if !live {
 		meta, err := readMeta(m.dir(id))
@@ -624,7 +624,6 @@ func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
 		out = *meta
 		return nil
 	})
-	_ = s
 	return &out, err
 }
 
