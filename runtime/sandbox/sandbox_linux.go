@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	occgroups "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -101,17 +102,14 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 // host root).
 func writeAgent(stateDir string) (string, error) {
 	dir := filepath.Join(stateDir, "agent", agentHash())
-	files := []struct {
+	type file struct {
 		name string
 		data []byte
 		mode os.FileMode
-	}{{kernel.AgentFileName, kernel.AgentSource, 0o444}}
+	}
+	files := []file{{kernel.AgentFileName, kernel.AgentSource, 0o444}}
 	if r := kernel.Reaper(); r != nil {
-		files = append(files, struct {
-			name string
-			data []byte
-			mode os.FileMode
-		}{kernel.ReaperFileName, r, 0o555})
+		files = append(files, file{kernel.ReaperFileName, r, 0o555})
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("creating agent dir: %w", err)
@@ -205,10 +203,7 @@ type Config struct {
 	Limits cgroups.Limits
 	// TmpSize caps the /tmp tmpfs.
 	TmpSize int64
-	// WorkspaceDir, when set, is bind-mounted read-write at /workspace (a
-	// session's quota-capped volume); otherwise /workspace is a tmpfs of
-	// WorkspaceSize.
-	WorkspaceDir  string
+	// WorkspaceSize caps the /workspace tmpfs (a session's quota).
 	WorkspaceSize int64
 	// BridgeDir, when set, is bind-mounted at /run/forge (the sandbox's own
 	// code-mode socket).
@@ -219,8 +214,6 @@ type Config struct {
 	UID uint32
 	// Seccomp is the filter; nil means seccomp.Default().
 	Seccomp *specs.LinuxSeccomp
-	// Python is the interpreter inside the image ("python3" by PATH).
-	Python string
 	// OnDestroy runs exactly once after the sandbox is destroyed, or when
 	// Start fails (releasing the image mount it used, for instance).
 	OnDestroy func()
@@ -244,9 +237,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.UID >= c.UIDSize {
 		return fmt.Errorf("sandbox uid %d outside the mapped range of %d ids: %w", c.UID, c.UIDSize, ErrInvalidConfig)
-	}
-	if c.Python == "" {
-		c.Python = "python3"
 	}
 	if c.Seccomp == nil {
 		sc, err := seccomp.Default()
@@ -275,20 +265,16 @@ func (r *Runtime) spec(id string, cfg *Config) (*specs.Spec, error) {
 		WithHostname("sandbox-" + id[len(id)-6:]),
 		WithIDMapping(cfg.UIDBase, cfg.UIDSize),
 		WithUser(cfg.UID, cfg.UID),
-		WithArgs(append([]string{cfg.Python}, kernel.Argv(kernel.AgentPath)[1:]...)...),
+		WithArgs(kernel.Argv(kernel.AgentPath)...),
 		WithTmpfs("/tmp", cfg.TmpSize),
-		WithBind(r.agentDir, AgentMountPoint, false),
+		WithTmpfs(WorkspacePath, cfg.WorkspaceSize),
+		WithReadOnlyBind(r.agentDir, AgentMountPoint),
 		WithResources(cfg.Limits.Spec()),
 		WithSeccomp(cfg.Seccomp),
 		WithCgroupsPath(r.cgroupBase + "/" + id),
 	}
-	if cfg.WorkspaceDir != "" {
-		opts = append(opts, WithBind(cfg.WorkspaceDir, WorkspacePath, true))
-	} else {
-		opts = append(opts, WithTmpfs(WorkspacePath, cfg.WorkspaceSize))
-	}
 	if cfg.BridgeDir != "" {
-		opts = append(opts, WithBind(cfg.BridgeDir, BridgeMountPoint, false))
+		opts = append(opts, WithReadOnlyBind(cfg.BridgeDir, BridgeMountPoint))
 	}
 	return NewSpec(opts...)
 }
@@ -306,6 +292,7 @@ type Sandbox struct {
 
 	exited chan struct{} // closed when the init process has been reaped
 	state  *os.ProcessState
+	cgm    occgroups.Manager // the sandbox's cgroups, for reading usage
 
 	onDestroy func()
 	bridgeDir string
@@ -398,8 +385,15 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
 	s.proc = p
-	go s.wait()
 	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id)})
+	go s.wait() // after the client exists: wait closes it
+	st, err := c.State()
+	if err == nil {
+		s.cgm, err = manager.NewWithPaths(lc.Cgroups, st.CgroupPaths)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cgroups of sandbox %s: %w", id, err)
+	}
 	tRun := time.Since(s.started)
 	hello, err := s.client.Hello(ctx)
 	if err != nil {
@@ -477,7 +471,8 @@ func (s *Sandbox) BridgeDir() string { return s.bridgeDir }
 // Hello is what the agent reported at start.
 func (s *Sandbox) Hello() *kernel.Hello { return s.hello }
 
-// Pid is the host pid of the agent.
+// Pid is the host pid of the sandbox's init (pid 1 inside: the reaper,
+// whose /proc/PID/root is the sandbox's root).
 func (s *Sandbox) Pid() int {
 	pid, _ := s.proc.Pid()
 	return pid
@@ -557,16 +552,7 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 
 // Usage reads the sandbox's cgroup counters.
 func (s *Sandbox) Usage() (cgroups.Usage, error) {
-	st, err := s.c.State()
-	if err != nil {
-		return cgroups.Usage{}, err
-	}
-	cfg := s.c.Config()
-	m, err := manager.NewWithPaths(cfg.Cgroups, st.CgroupPaths)
-	if err != nil {
-		return cgroups.Usage{}, err
-	}
-	return cgroups.ReadUsage(m)
+	return cgroups.ReadUsage(s.cgm)
 }
 
 // Kill SIGKILLs every process of the sandbox and waits until init is reaped.

@@ -161,14 +161,12 @@ func WithTmpfs(dst string, size int64) SpecOpt {
 	}
 }
 
-// WithBind bind-mounts a host path; read-only unless rw.
-func WithBind(src, dst string, rw bool) SpecOpt {
+// WithReadOnlyBind bind-mounts a host directory read-only (the agent's, the
+// bridge's: the only host paths a sandbox sees).
+func WithReadOnlyBind(src, dst string) SpecOpt {
 	return func(s *specs.Spec) error {
-		opts := []string{"rbind", "nosuid", "nodev", "ro"}
-		if rw {
-			opts[3] = "rw"
-		}
-		s.Mounts = append(s.Mounts, specs.Mount{Destination: dst, Type: "bind", Source: src, Options: opts})
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: dst, Type: "bind", Source: src,
+			Options: []string{"rbind", "nosuid", "nodev", "ro"}})
 		return nil
 	}
 }
