@@ -95,11 +95,13 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	// The host uid the sandbox user maps to: owner of its bridge socket and
+	// of files restored into its /workspace.
+	hostUID := int(cfg.Security.UIDMapBase + cfg.Security.SandboxUID)
 	if len(cfg.MCPTools) > 0 {
-		uid := int(cfg.Security.UIDMapBase + cfg.Security.SandboxUID)
 		e.bridge, err = bridge.New(ctx, bridge.Options{
 			Servers: bridge.ServersFromConfig(cfg.MCPTools), Logger: opts.Logger, Audit: opts.Audit,
-			SocketUID: uid, SocketGID: uid,
+			SocketUID: hostUID, SocketGID: hostUID,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("mcp_tools: %w", err)
@@ -118,7 +120,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		MaxLifetime:   time.Duration(sc.MaxLifetime),
 		Persist:       sc.Persist,
 		Quota:         int64(cfg.Volumes.SessionQuota),
-		HostUID:       int(cfg.Security.UIDMapBase + cfg.Security.SandboxUID),
+		HostUID:       hostUID,
 		Start:         e.acquireImage,
 		Logger:        opts.Logger,
 		OnEvent: func(event, id string) {
@@ -204,16 +206,16 @@ func (e *Engine) Validate(req Request) (Plan, error) {
 	case p.Timeout > maxT:
 		return p, fmt.Errorf("%w: timeout %s exceeds the maximum %s (execution.max_timeout)", ErrInvalidRequest, p.Timeout, maxT)
 	}
-	lim, err := e.max.Tighten(e.def)
-	if err != nil {
-		return p, err
-	}
+	// e.def is already within e.max; a request's own limits are checked
+	// against the maxima (Tighten keeps the defaults for the zero fields).
+	p.Limits = e.def
 	if req.Memory != 0 || req.CPUs != 0 {
-		if lim, err = e.max.Tighten(cgroups.Limits{MemoryBytes: orI(req.Memory, e.def.MemoryBytes), CPUs: orF(req.CPUs, e.def.CPUs), Pids: e.def.Pids}); err != nil {
+		lim, err := e.max.Tighten(cgroups.Limits{MemoryBytes: orI(req.Memory, e.def.MemoryBytes), CPUs: orF(req.CPUs, e.def.CPUs), Pids: e.def.Pids})
+		if err != nil {
 			return p, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
+		p.Limits = lim
 	}
-	p.Limits = lim
 	if len(req.MCPTools) > 0 {
 		if e.bridge == nil {
 			return p, fmt.Errorf("%w: mcp_tools %v requested but no MCP servers are configured (mcp_tools in the config)", ErrInvalidRequest, req.MCPTools)
@@ -277,11 +279,10 @@ func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, erro
 	if err != nil {
 		return nil, err
 	}
-	if plan.Limits != e.def {
-		if err := sb.SetLimits(plan.Limits); err != nil {
-			e.destroy(sb)
-			return nil, err
-		}
+	// Free when the limits are the pool's defaults.
+	if err := sb.SetLimits(plan.Limits); err != nil {
+		e.destroy(sb)
+		return nil, err
 	}
 	return sb, nil
 }
@@ -303,7 +304,7 @@ func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandb
 	if err != nil {
 		return nil, err
 	}
-	cfg := e.sandboxConfig(fs.Path(), e.def)
+	cfg := e.sandboxConfig(fs.Path())
 	var bridgeDir, sbID string
 	if e.bridge != nil {
 		if bridgeDir, err = e.newBridgeDir(); err != nil {
@@ -349,11 +350,12 @@ func (e *Engine) destroy(sb *sandbox.Sandbox) {
 	}()
 }
 
-func (e *Engine) sandboxConfig(rootfs string, lim cgroups.Limits) sandbox.Config {
+// sandboxConfig is a sandbox of the default profile on rootfs.
+func (e *Engine) sandboxConfig(rootfs string) sandbox.Config {
 	s := e.cfg.Security
 	return sandbox.Config{
 		Rootfs:        rootfs,
-		Limits:        lim,
+		Limits:        e.def,
 		TmpSize:       int64(e.cfg.Execution.TmpSize),
 		WorkspaceSize: int64(e.cfg.Volumes.SessionQuota),
 		UIDBase:       uint32(s.UIDMapBase),
@@ -453,9 +455,13 @@ func (e *Engine) Prewarm() {
 // PoolStats are the counters of every pool.
 func (e *Engine) PoolStats() []pool.Stats {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]pool.Stats, 0, len(e.pools))
+	pools := make([]*pool.Pool, 0, len(e.pools))
 	for _, p := range e.pools {
+		pools = append(pools, p)
+	}
+	e.mu.Unlock()
+	out := make([]pool.Stats, 0, len(pools))
+	for _, p := range pools { // reads cgroup files: not under e.mu
 		out = append(out, p.Stats())
 	}
 	return out

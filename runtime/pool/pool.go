@@ -375,15 +375,3 @@ func (p *Pool) ReadyPids() []int {
 	}
 	return pids
 }
-
-// ReadyUsage is the current memory charge of the oldest ready sandbox.
-func (p *Pool) ReadyUsage() (uint64, error) {
-	p.mu.Lock()
-	if len(p.ready) == 0 {
-		p.mu.Unlock()
-		return 0, errors.New("pool: no ready sandbox")
-	}
-	sb := p.ready[0].sb
-	p.mu.Unlock()
-	return sb.MemoryCurrent()
-}

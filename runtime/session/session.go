@@ -329,7 +329,6 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 	}
 	sb, err := m.opts.Start(ctx, s.meta.Image)
 	if err != nil {
-		m.unreserve(s)
 		return notes, err
 	}
 	s.setSandbox(sb)
@@ -345,7 +344,8 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 	return notes, s.saveLocked()
 }
 
-// reserve counts s against max_concurrent.
+// reserve checks that s may have a sandbox within max_concurrent (it is
+// counted as soon as it has one).
 func (m *Manager) reserve(s *Session) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -363,8 +363,6 @@ func (m *Manager) reserve(s *Session) error {
 	}
 	return nil
 }
-
-func (m *Manager) unreserve(*Session) {}
 
 func (s *Session) setSandbox(sb *sandbox.Sandbox) {
 	s.sb = sb
