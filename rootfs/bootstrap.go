@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/mcp-forge/forge/internal/cachedir"
 	"io"
 	"os"
 	"os/exec"
@@ -74,25 +75,11 @@ func (o BootstrapOptions) withDefaults() BootstrapOptions {
 
 // DefaultCacheDir is FORGE_CACHE_DIR, else $XDG_CACHE_HOME/forge, else
 // ~/.cache/forge.
-func DefaultCacheDir() string {
-	if d := os.Getenv("FORGE_CACHE_DIR"); d != "" {
-		return d
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "forge")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = "/root"
-	}
-	return filepath.Join(home, ".cache", "forge")
-}
+func DefaultCacheDir() string { return cachedir.Dir() }
 
 // LayoutDir is where Bootstrap caches the layout of image name:
 // <cacheDir>/images/<name with '/' and ':' replaced by '_'>.
-func LayoutDir(cacheDir, name string) string {
-	return filepath.Join(cacheDir, "images", strings.NewReplacer("/", "_", ":", "_").Replace(name))
-}
+func LayoutDir(cacheDir, name string) string { return cachedir.Layout(cacheDir, name) }
 
 // Bootstrap builds a Python image from Debian packages with debootstrap and
 // writes it as an OCI layout under opts.CacheDir, or returns the cached

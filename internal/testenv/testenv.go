@@ -83,21 +83,14 @@ func Close() error {
 	if shared.rt == nil {
 		return nil
 	}
-	err := Leftovers(shared.rt, testutilState())
+	err := Leftovers(shared.rt, testutil.StateDirPath())
 	shared.rt.Close()
 	shared.fs.Release()
 	shared.store.Close()
-	if merr := MountsLeft(testutilState()); merr != nil && err == nil {
+	if merr := MountsLeft(testutil.StateDirPath()); merr != nil && err == nil {
 		err = merr
 	}
 	return err
-}
-
-func testutilState() string {
-	if d := os.Getenv("FORGE_TEST_STATE_DIR"); d != "" {
-		return d
-	}
-	return "/var/lib/forge-test"
 }
 
 // Leftovers reports sandboxes, libcontainer state dirs and cgroups of this

@@ -6,8 +6,9 @@ package testutil
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/mcp-forge/forge/internal/cachedir"
 )
 
 // InCI reports whether tests run under CI (CI=true) or with
@@ -35,28 +36,9 @@ func RequiresRoot(t testing.TB) {
 	Require(t, os.Geteuid() == 0, "test needs root")
 }
 
-// CacheDir is forge's cache directory: FORGE_CACHE_DIR, else
-// $XDG_CACHE_HOME/forge, else ~/.cache/forge.
-func CacheDir() string {
-	if d := os.Getenv("FORGE_CACHE_DIR"); d != "" {
-		return d
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "forge")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = "/root"
-	}
-	return filepath.Join(home, ".cache", "forge")
-}
-
 // LayoutDir is where `forge image bootstrap` caches the OCI layout of the
 // image name ("forge/python:3.11" → <cache>/images/forge_python_3.11).
-func LayoutDir(name string) string {
-	r := strings.NewReplacer("/", "_", ":", "_")
-	return filepath.Join(CacheDir(), "images", r.Replace(name))
-}
+func LayoutDir(name string) string { return cachedir.Layout(cachedir.Dir(), name) }
 
 // BaseImageLayout returns the cached OCI layout of the bootstrapped image
 // name, skipping (failing in CI) when `make image` has not built it.
@@ -73,6 +55,11 @@ func BaseImageLayout(t testing.TB, name string) string {
 // /var/lib/forge-test.
 func StateDir(t testing.TB) string {
 	t.Helper()
+	return StateDirPath()
+}
+
+// StateDirPath is StateDir for code that has no test at hand.
+func StateDirPath() string {
 	if d := os.Getenv("FORGE_TEST_STATE_DIR"); d != "" {
 		return d
 	}
