@@ -11,12 +11,8 @@ import (
 
 // BenchmarkImportPresent: Pull of an image that is already in the store.
 func BenchmarkImportPresent(b *testing.B) {
-	layout := writeTestLayout(b, "forge/test:1", "hello\n")
-	s := openStore(b, newStateDir(b))
+	s, layout := benchStore(b)
 	ctx := context.Background()
-	if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
-		b.Fatal(err)
-	}
 	for b.Loop() {
 		if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
 			b.Fatal(err)
@@ -27,12 +23,8 @@ func BenchmarkImportPresent(b *testing.B) {
 // BenchmarkAcquireRelease: the first holder mounts, the last unmounts, so
 // every iteration is a full mount and unmount of the shared rootfs.
 func BenchmarkAcquireRelease(b *testing.B) {
-	layout := writeTestLayout(b, "forge/test:1", "hello\n")
-	s := openStore(b, newStateDir(b))
+	s, _ := benchStore(b)
 	ctx := context.Background()
-	if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
-		b.Fatal(err)
-	}
 	for b.Loop() {
 		r, err := s.Acquire(ctx, "forge/test:1")
 		if err != nil {
@@ -47,12 +39,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // BenchmarkAcquireShared: Acquire and Release while another holder keeps
 // the mount: the cost every sandbox pays after the first.
 func BenchmarkAcquireShared(b *testing.B) {
-	layout := writeTestLayout(b, "forge/test:1", "hello\n")
-	s := openStore(b, newStateDir(b))
+	s, _ := benchStore(b)
 	ctx := context.Background()
-	if _, err := s.Pull(ctx, "oci:"+layout); err != nil {
-		b.Fatal(err)
-	}
 	keep, err := s.Acquire(ctx, "forge/test:1")
 	if err != nil {
 		b.Fatal(err)
@@ -89,4 +77,15 @@ func BenchmarkOverlayMountFloor(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchStore is a fresh store holding a small test image, forge/test:1.
+func benchStore(b *testing.B) (*Store, string) {
+	b.Helper()
+	layout := writeTestLayout(b, "forge/test:1", "hello\n")
+	s := openStore(b, newStateDir(b))
+	if _, err := s.Pull(context.Background(), "oci:"+layout); err != nil {
+		b.Fatal(err)
+	}
+	return s, layout
 }
