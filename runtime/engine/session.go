@@ -44,6 +44,9 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 		if err != nil {
 			return err
 		}
+		if sb.Alive() { // the agent answered: its count is current
+			meta.VariableCount = res.Variables
+		}
 		if !sb.Alive() {
 			why := "the sandbox died"
 			if res.OOMKilled {

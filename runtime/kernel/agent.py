@@ -539,6 +539,7 @@ def op_exec(req):
         "result": result,
         "display": disp.items,
         "error": error,
+        "count": sum(1 for _ in _user_vars()),  # for the session list; no reprs, no sizes
     }
 
 
@@ -561,11 +562,6 @@ def op_warm(req):
 
 def op_ping(req):
     return {"pong": True}
-
-
-def op_count(req):
-    """The number of user variables, cheaply (no reprs, no sizes)."""
-    return {"count": sum(1 for _ in _user_vars())}
 
 
 # ---------------------------------------------------------------- inspect
@@ -814,7 +810,6 @@ OPS = {
     "exec": op_exec,
     "inspect": op_inspect,
     "ping": op_ping,
-    "count": op_count,
     "warm": op_warm,
     "pickle_state": op_pickle_state,
     "restore_state": op_restore_state,

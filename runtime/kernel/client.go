@@ -214,6 +214,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
 		Error:     rep.Error,
 		Truncated: rep.Truncated,
 		TimedOut:  err != nil,
+		Variables: rep.Count,
 	}
 	if res.Display == nil {
 		res.Display = []Display{}
@@ -234,15 +235,6 @@ func (c *Client) Inspect(ctx context.Context) ([]Variable, error) {
 func (c *Client) Ping(ctx context.Context) error {
 	_, err := c.roundTrip(ctx, &request{Op: "ping"}, nil, 0)
 	return err
-}
-
-// CountVariables returns the number of user variables in the namespace.
-func (c *Client) CountVariables(ctx context.Context) (int, error) {
-	rep, err := c.roundTrip(ctx, &request{Op: "count"}, nil, 0)
-	if err != nil {
-		return 0, err
-	}
-	return rep.Count, nil
 }
 
 // Warm imports modules that exist in the image (the warm pool does this before pausing a

@@ -43,7 +43,7 @@ type reply struct {
 
 	Variables []Variable `json:"variables"` // inspect
 	Pong      bool       `json:"pong"`      // ping
-	Count     int        `json:"count"`     // count
+	Count     int        `json:"count"`     // exec: user variables afterwards
 	Imported  []string   `json:"imported"`  // warm
 	Saved     []string   `json:"saved"`     // pickle_state
 	Restored  []string   `json:"restored"`  // restore_state

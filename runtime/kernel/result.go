@@ -24,6 +24,9 @@ type Result struct {
 	// Notes are what the host has to say about the run beyond the code's
 	// own output: a session restored or lost, for instance.
 	Notes []string `json:"notes,omitempty"`
+	// Variables is how many user variables the namespace holds afterwards
+	// (for a session's listing; not part of the ExecutionResult).
+	Variables int `json:"-"`
 }
 
 // Display is one rich output item; images are base64.

@@ -64,8 +64,8 @@ type Meta struct {
 	LostReason string      `json:"lost_reason,omitempty"`
 	Documented *Documented `json:"documented,omitempty"`
 	// Variables is the last known introspection (after document_state,
-	// a variables read, or hibernation); VariableCount is counted after
-	// every call.
+	// a variables read, or hibernation); VariableCount is updated by every
+	// exec.
 	Variables     []kernel.Variable `json:"variables,omitempty"`
 	VariableCount int               `json:"variable_count"`
 	// Unsaved names the variables the last hibernation could not pickle;
@@ -189,13 +189,6 @@ func (m *Manager) Call(ctx context.Context, id, image string, create bool, f fun
 	}
 	ferr := f(s.sb, &s.meta)
 	s.meta.LastActive = time.Now().UTC()
-	if s.sb.Alive() {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		if n, err := s.sb.Client().CountVariables(cctx); err == nil {
-			s.meta.VariableCount = n
-		}
-		cancel()
-	}
 	if !s.sb.Alive() {
 		s.dropSandboxLocked("the sandbox died")
 	} else if err := s.sb.Pause(); err != nil {
