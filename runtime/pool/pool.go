@@ -67,6 +67,16 @@ type slot struct {
 	readyAt time.Time
 }
 
+// move changes a slot's status, which must be from: a slot leaves Ready
+// exactly once, so no sandbox is handed out twice or after being retired.
+// Called with p.mu held (or, in Close, after the slot left the pool).
+func (s *slot) move(from, to Status) {
+	if s.status != from {
+		panic(fmt.Sprintf("pool: sandbox %s is %s, want %s before %s", s.sb.ID(), s.status, from, to))
+	}
+	s.status = to
+}
+
 // Stats are the pool's counters.
 type Stats struct {
 	Name       string `json:"name"`
@@ -163,7 +173,7 @@ func (p *Pool) take() *slot {
 	}
 	s := p.ready[0]
 	p.ready = p.ready[1:]
-	s.status = Acquired
+	s.move(Ready, Acquired)
 	return s
 }
 
@@ -322,7 +332,7 @@ func (p *Pool) recycleOld() {
 	keep := p.ready[:0]
 	for _, s := range p.ready {
 		if time.Since(s.readyAt) > p.opts.MaxIdleAge || !s.sb.Alive() {
-			s.status = Destroyed
+			s.move(Ready, Destroyed)
 			old = append(old, s)
 			continue
 		}
@@ -357,7 +367,7 @@ func (p *Pool) Close() error {
 	p.cancel()
 	var errs []error
 	for _, s := range ready {
-		s.status = Destroyed
+		s.move(Ready, Destroyed)
 		errs = append(errs, s.sb.Destroy())
 	}
 	p.wg.Wait()
