@@ -305,6 +305,7 @@ func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandb
 		return nil, err
 	}
 	cfg := e.sandboxConfig(fs.Path())
+	cfg.ImageID = fs.Image().ID
 	var bridgeDir, sbID string
 	if e.bridge != nil {
 		if bridgeDir, err = e.newBridgeDir(); err != nil {

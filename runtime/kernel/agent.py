@@ -85,12 +85,14 @@ def _reap_as_init():
 if __name__ == "__main__":
     _reap_as_init()
 
-import _thread  # noqa: E402 (after the fork above, so pid 1 never loads the rest)
-import ast  # noqa: E402
+# The agent imports only what a bare interpreter has loaded already or builds in: every module
+# here is paid for at every sandbox start. So _ast rather than ast, _signal rather than signal
+# (which pulls in enum), and the C half of json rather than json (which pulls in re and enum).
+import _ast  # noqa: E402 (after the fork above, so pid 1 never loads the rest)
+import _json  # noqa: E402
+import _signal as signal  # noqa: E402
+import _thread  # noqa: E402
 import io  # noqa: E402
-import json  # noqa: E402
-import linecache  # noqa: E402 (tracebacks and warnings show the cell's lines from its cache)
-import signal  # noqa: E402
 import time  # noqa: E402
 
 HIGH_FD = 100  # the protocol fds move here, close-on-exec, out of the way of user code
@@ -105,6 +107,49 @@ INSPECT_MAX_VARIABLES = 1000
 ERROR_TEXT_LIMIT = 64 << 10
 JSON_NODE_BUDGET = 10000
 OPTIONAL_MODULES = ("numpy", "pandas", "matplotlib")
+
+
+# ---------------------------------------------------------------- JSON
+
+def _no_default(o):
+    raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+
+def _dumps(obj, allow_nan=False, default=_no_default):
+    """json.dumps(obj, ensure_ascii=False, allow_nan=..., default=...), compact separators,
+    through the same C encoder json uses."""
+    enc = _json.make_encoder({}, default, _json.encode_basestring, None, ":", ",",
+                             False, False, allow_nan)
+    return "".join(enc(obj, 0))
+
+
+class _DecodeContext:  # what _json.make_scanner reads off a json.JSONDecoder
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = float
+    memo = None
+
+
+_scan = _json.make_scanner(_DecodeContext())
+
+
+def _loads(s):
+    """json.loads for one request line (bytes); ValueError when it is not exactly one JSON
+    value in UTF-8."""
+    s = s.decode("utf-8").strip(" \t\r\n")
+    try:
+        obj, end = _scan(s, 0)
+    except (StopIteration, SystemError):
+        # SystemError: the C scanner reports most syntax errors as json.decoder.JSONDecodeError,
+        # a ValueError, but only when json.decoder is imported already; else it fails this way.
+        raise ValueError("request is not JSON") from None
+    if end != len(s):
+        raise ValueError("extra data after the JSON request")
+    return obj
+
 
 # _user is True exactly while user code (or a user __repr__, _repr_*_ ...) runs: SIGINT raises
 # KeyboardInterrupt then and is ignored otherwise, so an interrupt never lands in the agent itself.
@@ -313,7 +358,7 @@ def _result_value(value):
     if value is None:
         return None
     if _plain_json(value):
-        s = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        s = _dumps(value)
         if len(s) <= RESULT_LIMIT:
             return value
     return _safe_repr(value, RESULT_LIMIT)
@@ -328,7 +373,7 @@ class _Display:
     def add(self, mime, data):
         # Base64 is ASCII; text may grow up to 6x as JSON, and the host bounds the reply line.
         cost = len(data) if data.isascii() and data.isprintable() else len(
-            json.dumps(data, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            _dumps(data, allow_nan=True).encode("utf-8", "surrogatepass"))
         if self.size + cost > DISPLAY_LIMIT:
             self.truncated = True
             return
@@ -359,7 +404,7 @@ class _Display:
                     continue
             elif mime == "application/json":
                 try:
-                    data = json.dumps(data, ensure_ascii=False, allow_nan=False, default=str)
+                    data = _dumps(data, default=str)
                 except Exception:
                     continue
             elif isinstance(data, bytes):
@@ -420,13 +465,78 @@ _injected = {"display": display}
 
 
 def _compile(code):
-    tree = ast.parse(code, CELL, "exec")
+    # _ast rather than ast: the same node classes without importing ast.py (and contextlib)
+    # at every sandbox start.
+    tree = compile(code, CELL, "exec", _ast.PyCF_ONLY_AST, dont_inherit=True)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        last = _ast.Expression(tree.body.pop().value)
     body = compile(tree, CELL, "exec", dont_inherit=True)
     expr = compile(last, CELL, "eval", dont_inherit=True) if last is not None else None
     return body, expr
+
+
+_cell_entry = None  # linecache's entry for the running cell: tracebacks and warnings show its lines
+
+
+def _remember_cell(code):
+    """Gives linecache the cell's lines. linecache (and tokenize under it) is imported only when
+    something needs it, usually a traceback or a warning: until then _LinecacheSeeder keeps the
+    entry and hands it over at that import."""
+    global _cell_entry
+    _cell_entry = (len(code), None, code.splitlines(True), CELL)
+    lc = sys.modules.get("linecache")
+    if lc is not None:
+        try:
+            lc.cache[CELL] = _cell_entry
+        except Exception:  # user code may have replaced it
+            pass
+
+
+class _LinecacheSeeder:
+    """A meta path finder that only watches for the first import of linecache, lets the
+    other finders load it, and then puts the current cell into its cache."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "linecache":
+            return None
+        try:
+            sys.meta_path.remove(_LinecacheSeeder)
+        except ValueError:
+            pass
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+
+        class _Seeding:
+            def __init__(self, inner):
+                self._inner = inner
+
+            def __getattr__(self, attr):
+                return getattr(self._inner, attr)
+
+            def create_module(self, spec):
+                return self._inner.create_module(spec)
+
+            def exec_module(self, module):
+                self._inner.exec_module(module)
+                if _cell_entry is not None:
+                    module.cache[CELL] = _cell_entry
+
+        spec.loader = _Seeding(loader)
+        return spec
+
+
+if "linecache" not in sys.modules:
+    sys.meta_path.insert(0, _LinecacheSeeder)
 
 
 def _run_cell(body, expr, disp):
@@ -519,8 +629,7 @@ def op_exec(req):
         except Exception as e:  # ValueError: NUL bytes; RecursionError: deep nesting
             error = _syntax_error(e) if isinstance(e, SyntaxError) else _error(e)
         else:
-            lines = code.splitlines(True)
-            linecache.cache[CELL] = (len(code), None, lines, CELL)
+            _remember_cell(code)
             try:
                 result = _call_user(_run_cell, body, expr, disp)
             except BaseException as e:
@@ -820,14 +929,14 @@ OPS = {
 
 
 def _send(obj):
-    line = json.dumps(obj, ensure_ascii=False, allow_nan=False, default=repr)
+    line = _dumps(obj, default=repr)
     _replies.write(line.encode("utf-8", "surrogatepass") + b"\n")
     _replies.flush()
 
 
 def _handle(line):
     try:
-        req = json.loads(line)
+        req = _loads(line)
         if not isinstance(req, dict):
             raise ValueError("request is not an object")
     except ValueError as e:

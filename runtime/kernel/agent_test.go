@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -511,5 +512,78 @@ func BenchmarkPing(b *testing.B) {
 		if err := a.c.Ping(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The agent starts with only what a bare interpreter has (every import is paid at every sandbox
+// start), yet tracebacks and warnings still show the cell's lines: linecache gets the cell when
+// it is first imported.
+func TestLeanStartAndCellLines(t *testing.T) {
+	a := startAgent(t)
+	r := a.exec(t, "import sys\nsorted(m for m in ('json', 're', 'enum', 'ast', 'linecache', 'signal') if m in sys.modules)")
+	if diff := cmp.Diff([]any{}, r.Result); diff != "" {
+		t.Errorf("modules the agent imported at start (-want +got)\n%s", diff)
+	}
+	r = a.exec(t, "import warnings\nx = 1\nwarnings.warn('careful')  # the cell's line\n")
+	if !strings.Contains(r.Stderr, "<cell>:3: UserWarning: careful") || !strings.Contains(r.Stderr, "warnings.warn('careful')  # the cell's line") {
+		t.Errorf("warning without the cell's line: %q", r.Stderr)
+	}
+	r = a.exec(t, "y = 2\nraise ValueError('boom')  # second line\n")
+	if r.Error == nil || !strings.Contains(r.Error.Traceback, "raise ValueError('boom')  # second line") {
+		t.Errorf("traceback without the cell's line: %+v", r.Error)
+	}
+}
+
+// Malformed request lines get a ProtocolError reply and the agent keeps serving.
+func TestMalformedRequestLine(t *testing.T) {
+	if _, err := os.Stat(hostPython); err != nil {
+		t.Skipf("needs %s: %v", hostPython, err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, AgentFileName)
+	if err := os.WriteFile(path, AgentSource, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	reqR, reqW, _ := os.Pipe()
+	repR, repW, _ := os.Pipe()
+	argv := Argv(path)
+	cmd := exec.Command(hostPython, argv[1:]...)
+	cmd.ExtraFiles = []*os.File{reqR, repW}
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reqR.Close()
+	repW.Close()
+	t.Cleanup(func() { reqW.Close(); cmd.Process.Kill(); cmd.Wait() })
+	replies := bufio.NewReader(repR)
+	read := func() map[string]any {
+		t.Helper()
+		line, err := replies.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("reading a reply: %v", err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("reply %q: %v", line, err)
+		}
+		return m
+	}
+	read() // hello
+	for _, bad := range []string{"{", "[1,", "{} trailing", "\xff\xfe", `"just a string"`, "{\"id\": 1, \"op\": }"} {
+		if _, err := reqW.Write([]byte(bad + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		m := read()
+		e, _ := m["error"].(map[string]any)
+		if m["ok"] != false || e["type"] != "ProtocolError" {
+			t.Errorf("request %q: got %v, want a ProtocolError", bad, m)
+		}
+	}
+	if _, err := reqW.Write([]byte(`{"id": 7, "op": "ping"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if m := read(); m["ok"] != true || m["id"] != float64(7) {
+		t.Errorf("ping after malformed lines: %v", m)
 	}
 }

@@ -47,8 +47,11 @@ type Runtime struct {
 	mu   sync.Mutex
 	live map[string]*Sandbox // sandboxes started and not yet destroyed
 
-	root       string
-	agentDir   string
+	root     string
+	agentDir string
+
+	pycMu      sync.Mutex      // held while an image's agent bytecode is looked up or compiled
+	pyc        map[string]bool // image id → its agent bytecode is usable
 	cgroupBase string
 	log        *slog.Logger
 }
@@ -74,6 +77,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		cgroupBase: "/" + opts.CgroupParent,
 		log:        opts.Logger,
 		live:       make(map[string]*Sandbox),
+		pyc:        make(map[string]bool),
 	}
 	// The state dir must be traversable by the sandbox's mapped root, which
 	// opens the rootfs and agent paths from inside its user namespace.
@@ -214,6 +218,10 @@ type Config struct {
 	UID uint32
 	// Seccomp is the filter; nil means seccomp.Default().
 	Seccomp *specs.LinuxSeccomp
+	// ImageID identifies the image mounted at Rootfs (hex, as the image store
+	// names it). When set, the agent runs from bytecode compiled once for the
+	// image (see agentArgv) instead of compiling agent.py at every start.
+	ImageID string
 	// OnDestroy runs exactly once after the sandbox is destroyed, or when
 	// Start fails (releasing the image mount it used, for instance).
 	OnDestroy func()
@@ -259,13 +267,13 @@ func newID() string {
 }
 
 // spec builds the OCI spec of a sandbox.
-func (r *Runtime) spec(id string, cfg *Config) (*specs.Spec, error) {
+func (r *Runtime) spec(id string, cfg *Config, argv []string) (*specs.Spec, error) {
 	opts := []SpecOpt{
 		WithRootfs(cfg.Rootfs),
 		WithHostname("sandbox-" + id[len(id)-6:]),
 		WithIDMapping(cfg.UIDBase, cfg.UIDSize),
 		WithUser(cfg.UID, cfg.UID),
-		WithArgs(kernel.Argv(kernel.AgentPath)...),
+		WithArgs(argv...),
 		WithTmpfs("/tmp", cfg.TmpSize),
 		WithTmpfs(WorkspacePath, cfg.WorkspaceSize),
 		WithReadOnlyBind(r.agentDir, AgentMountPoint),
@@ -305,17 +313,39 @@ type Sandbox struct {
 
 // Start creates a sandbox and waits until its agent says hello.
 func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr error) {
-	var s *Sandbox
+	onDestroy := cfg.OnDestroy
+	cfg.OnDestroy = nil // set on the sandbox that is handed out, not on a failed attempt
 	defer func() {
-		if retErr != nil && s == nil && cfg.OnDestroy != nil {
-			cfg.OnDestroy()
+		if retErr != nil && onDestroy != nil {
+			onDestroy()
 		}
 	}()
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	argv, compiled := r.agentArgv(ctx, cfg)
+	s, err := r.start(ctx, cfg, argv)
+	if err != nil && compiled && errors.Is(err, errAgentStart) && ctx.Err() == nil {
+		// Bytecode the image's Python does not run: forget it and start from source.
+		r.log.Warn("agent bytecode did not start; using the source", "image", cfg.ImageID, "err", err)
+		r.dropBytecode(cfg.ImageID)
+		s, err = r.start(ctx, cfg, kernel.Argv(kernel.AgentPath))
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.onDestroy = onDestroy
+	return s, nil
+}
+
+// errAgentStart marks a sandbox whose container ran but whose agent never said hello.
+var errAgentStart = errors.New("agent did not start")
+
+// start creates one sandbox whose init runs argv; cfg has its defaults.
+func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sandbox, retErr error) {
+	var s *Sandbox
 	id := newID()
-	spec, err := r.spec(id, &cfg)
+	spec, err := r.spec(id, &cfg, argv)
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +427,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	tRun := time.Since(s.started)
 	hello, err := s.client.Hello(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %s agent did not start: %w%s", id, err, s.stderrNote())
+		return nil, fmt.Errorf("sandbox %s %w: %w%s", id, errAgentStart, err, s.stderrNote())
 	}
 	s.hello = hello
 	r.log.Debug("sandbox started", "sandbox", id, "spec", tSpec, "create", s.started.Sub(t0)-tSpec,
