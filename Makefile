@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all deps build image image-data test-images run test test-clients bench lint clean
+.PHONY: FORCE all deps build image image-data test-images run test test-clients bench lint clean
 
 all: build
 
@@ -15,9 +15,19 @@ deps:
 	@scripts/install-deps.sh
 
 REAPER    := runtime/kernel/reaperbin/reaper
+SLIMINIT  := runtime/sandbox/initbin/forge-init
 
-build: deps $(REAPER)
+build: deps $(REAPER) $(SLIMINIT)
 	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/forge
+
+# The sandbox's init before it becomes the agent: libcontainer's init alone
+# (see runtime/sandbox/slim_linux.go), embedded into forge. Rebuilt every time,
+# as go build is incremental; the file changes only when its content does.
+$(SLIMINIT): FORCE
+	$(GO) build -tags 'seccomp forgeinit' -trimpath -ldflags '-s -w' -o $@.tmp ./runtime/sandbox/initbin
+	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
+
+FORCE:
 
 # The sandbox's pid 1 (see runtime/kernel/reaperbin/reaper.c), static so it runs in
 # any image; embedded into forge.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/seccomp"
 )
@@ -67,6 +68,12 @@ func hostChecks() []check {
 	cs = append(cs, check{Name: "seccomp (this build)", Found: seccomp.Enabled,
 		Detail:   map[bool]string{true: "built with -tags seccomp", false: "built without -tags seccomp"}[seccomp.Enabled],
 		Disables: "all sandboxes (forge refuses to run unfiltered)"})
+	slim := sandbox.SlimInit()
+	cs = append(cs, check{Name: "slim sandbox init (build)", Found: slim != nil,
+		Detail:   map[bool]string{true: fmt.Sprintf("%.1f MB, embedded by make build", float64(len(slim))/1e6), false: "built without it: forge itself is each sandbox's init"}[slim != nil],
+		Disables: "~5 ms less per sandbox start (nothing else)"})
+	cs = append(cs, check{Name: "static pid-1 reaper (build)", Found: kernel.Reaper() != nil,
+		Disables: "a static reaper (a minimal Python reaps instead, ~2 MB more per sandbox)"})
 	fsys := readFile("/proc/filesystems")
 	cs = append(cs, check{Name: "overlayfs", Found: strings.Contains(fsys, "overlay"), Disables: "the image store and shared read-only rootfs"})
 	cs = append(cs, check{Name: "tmpfs", Found: strings.Contains(fsys, "tmpfs"), Disables: "/tmp and /workspace inside sandboxes"})

@@ -158,6 +158,7 @@ _agent_pid = os.getpid()
 _requests = None
 _replies = None
 _devnull = None
+_stray_fds = 0  # fds beyond the protocol's the agent found open at start, and closed
 
 
 def _sigint(signum, frame):
@@ -195,6 +196,20 @@ def _setup_fds():
     rep = fcntl.fcntl(REP_FD, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
     os.close(REQ_FD)
     os.close(REP_FD)
+    # Nothing else the launcher had open reaches user code; the count goes to the host in hello.
+    global _stray_fds
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        names = []
+    for name in names:
+        fd = int(name)
+        if fd > 2 and fd != req and fd != rep:
+            try:
+                os.close(fd)
+                _stray_fds += 1
+            except OSError:  # the listing's own fd, closed already
+                pass
     _devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     for fd in (0, 1, 2):
         os.dup2(_devnull, fd)  # dup2 makes 0-2 inheritable, as children expect
@@ -989,7 +1004,7 @@ def main():
     if "" not in sys.path:
         sys.path.insert(0, "")  # like Jupyter: modules in the working directory import
     _send({"op": "hello", "python": "%d.%d.%d" % sys.version_info[:3], "pid": os.getpid(),
-           "modules": _modules()})
+           "modules": _modules(), "stray_fds": _stray_fds})
     while True:
         line = _requests.readline()
         if not line:

@@ -179,7 +179,7 @@ func (c *Client) helloLocked(ctx context.Context) (*Hello, error) {
 	if err != nil {
 		return nil, c.breakLocked(err)
 	}
-	c.hello = &Hello{Python: rep.Python, PID: rep.PID, Modules: rep.Modules}
+	c.hello = &Hello{Python: rep.Python, PID: rep.PID, Modules: rep.Modules, StrayFDs: rep.StrayFDs}
 	c.log.Debug("agent hello", "python", rep.Python, "pid", rep.PID)
 	return c.hello, nil
 }

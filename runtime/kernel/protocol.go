@@ -23,10 +23,11 @@ type request struct {
 // reply is the union of every line the agent sends.
 type reply struct {
 	// hello
-	Op      string          `json:"op"`
-	Python  string          `json:"python"`
-	PID     int             `json:"pid"`
-	Modules map[string]bool `json:"modules"`
+	Op       string          `json:"op"`
+	Python   string          `json:"python"`
+	PID      int             `json:"pid"`
+	Modules  map[string]bool `json:"modules"`
+	StrayFDs int             `json:"stray_fds"`
 
 	// every reply
 	ID    *uint64    `json:"id"`

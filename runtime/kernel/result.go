@@ -50,6 +50,10 @@ type Hello struct {
 	Python  string          `json:"python"`
 	PID     int             `json:"pid"`
 	Modules map[string]bool `json:"modules"`
+	// StrayFDs counts the descriptors beyond stdio and the protocol pipes that the agent
+	// found open at start (and closed before any user code ran). The launcher passes none
+	// through to the agent, so anything here is a leak worth a warning.
+	StrayFDs int `json:"stray_fds"`
 }
 
 // Variable describes one user variable of a session's namespace.

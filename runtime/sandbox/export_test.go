@@ -1,4 +1,12 @@
 package sandbox
 
+import "os"
+
 // AgentDir is where the runtime keeps the agent (and its bytecode), for tests.
 func (r *Runtime) AgentDir() string { return r.agentDir }
+
+// SetInitFile replaces the slim init handed to init processes, for tests.
+func (r *Runtime) SetInitFile(f *os.File) { r.initFile = f }
+
+// WaitSlimInit waits until the process's slim init memfd is made.
+func WaitSlimInit() { waitSlimInit() }

@@ -50,6 +50,7 @@ type Runtime struct {
 	root     string
 	agentDir string
 
+	initFile   *os.File        // set by tests: the slim init handed to init processes
 	pycMu      sync.Mutex      // held while an image's agent bytecode is looked up or compiled
 	pyc        map[string]bool // image id → its agent bytecode is usable
 	cgroupBase string
@@ -94,6 +95,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	r.agentDir = dir
+	prepareSlimInit(r.log)
 	if _, err := r.Cleanup(ctx); err != nil {
 		r.log.Warn("cleaning up orphaned sandboxes", "err", err)
 	}
@@ -399,7 +401,7 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 		GID:             int(cfg.UID),
 		Cwd:             spec.Process.Cwd,
 		Stderr:          s.stderr,
-		ExtraFiles:      []*os.File{reqR, repW},
+		ExtraFiles:      extraFiles(reqR, repW, r.slimInit()),
 		Init:            true,
 		NoNewPrivileges: &spec.Process.NoNewPrivileges,
 		Capabilities:    &configs.Capabilities{},
@@ -430,9 +432,29 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 		return nil, fmt.Errorf("sandbox %s %w: %w%s", id, errAgentStart, err, s.stderrNote())
 	}
 	s.hello = hello
+	if hello.StrayFDs != 0 {
+		r.log.Warn("the agent found and closed descriptors it was not meant to get", "sandbox", id, "count", hello.StrayFDs)
+	}
 	r.log.Debug("sandbox started", "sandbox", id, "spec", tSpec, "create", s.started.Sub(t0)-tSpec,
 		"run", tRun, "agent_ready", time.Since(s.started)-tRun, "total", time.Since(t0))
 	return s, nil
+}
+
+// slimInit is the memfd to hand to the init process, nil while it is not ready.
+func (r *Runtime) slimInit() *os.File {
+	if r.initFile != nil {
+		return r.initFile
+	}
+	return readySlimInit()
+}
+
+// extraFiles are the init process's descriptors from fd 3 on: the protocol
+// pipes, then the slim init (which the init process closes as it execs it).
+func extraFiles(req, rep, init *os.File) []*os.File {
+	if init == nil {
+		return []*os.File{req, rep}
+	}
+	return []*os.File{req, rep, init}
 }
 
 // The cgroup fs manager's subsystems detect their file names on their
@@ -680,14 +702,7 @@ var _ io.Writer = (*boundedBuffer)(nil)
 
 // MemoryCurrent is the sandbox's current memory charge in bytes.
 func (s *Sandbox) MemoryCurrent() (uint64, error) {
-	st, err := s.c.Stats()
-	if err != nil {
-		return 0, err
-	}
-	if st.CgroupStats == nil {
-		return 0, errors.New("no cgroup stats")
-	}
-	return st.CgroupStats.MemoryStats.Usage.Usage, nil
+	return cgroups.ReadMemoryCurrent(s.cgm)
 }
 
 // Healthy reports whether every process of the sandbox is alive and none
