@@ -28,6 +28,19 @@ func ReadUsage(m ocg.Manager) (Usage, error) {
 	return readUsageV1(m.Path("memory"), m.Path("cpuacct"))
 }
 
+// ReadMemoryCurrent reads m's current memory use (one file; Stats reads every
+// controller's).
+func ReadMemoryCurrent(m ocg.Manager) (uint64, error) {
+	if ocg.IsCgroup2UnifiedMode() {
+		return fscommon.GetCgroupParamUint(m.Path(""), "memory.current")
+	}
+	dir := m.Path("memory")
+	if dir == "" {
+		return 0, errors.New("reading cgroup v1 memory: no memory cgroup path")
+	}
+	return fscommon.GetCgroupParamUint(dir, "memory.usage_in_bytes")
+}
+
 func readUsageV1(memDir, cpuDir string) (Usage, error) {
 	if memDir == "" || cpuDir == "" {
 		return Usage{}, errors.New("reading cgroup v1 usage: no memory or cpuacct cgroup path")

@@ -114,7 +114,7 @@ type PoolConfig struct {
 	Size              int      `yaml:"size" doc:"Warm sandboxes kept per image and profile."`
 	MaxIdleAge        Duration `yaml:"max_idle_age" doc:"A warm sandbox older than this is replaced."`
 	RefillConcurrency int      `yaml:"refill_concurrency" doc:"Sandboxes started in parallel while refilling."`
-	WarmModules       []string `yaml:"warm_modules" doc:"Python modules imported in every warm sandbox before it is paused."`
+	WarmModules       []string `yaml:"warm_modules" doc:"Python modules imported in every warm sandbox before it is paused (while requests outrun the pool, later: once it is calm)."`
 	WarmModulesData   []string `yaml:"warm_modules_data" doc:"Extra modules imported in sandboxes of images.data, when the image has them."`
 }
 

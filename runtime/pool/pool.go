@@ -2,6 +2,14 @@
 // running and has imported what most code needs, so that a stateless run
 // pays only for resume and exec. A pooled sandbox is handed to exactly one
 // request and destroyed after it: never reused once user code ran in it.
+//
+// Warm imports cost CPU in every pooled sandbox (about 10 ms for the default
+// list), which is worth it while the host has CPU to spare and pure waste
+// when requests outrun the pool: then every sandbox is taken as soon as it
+// exists and the imports only slow down the next one. So the pool warms a
+// new sandbox only when it has not run dry recently (no miss within
+// Options.Calm); under pressure it keeps sandboxes unwarmed and warms them
+// later, in place, once requests calm down. Acquire prefers warm sandboxes.
 package pool
 
 import (
@@ -23,6 +31,8 @@ const (
 	Starting Status = iota
 	// Ready: paused in the pool, never given to anyone.
 	Ready
+	// Warming: taken out of the pool to be warmed, then paused again.
+	Warming
 	// Acquired: handed to one request; it will be destroyed after it.
 	Acquired
 	// Destroyed: gone.
@@ -35,6 +45,8 @@ func (s Status) String() string {
 		return "starting"
 	case Ready:
 		return "ready"
+	case Warming:
+		return "warming"
 	case Acquired:
 		return "acquired"
 	case Destroyed:
@@ -55,16 +67,21 @@ type Options struct {
 	MaxIdleAge time.Duration
 	// RefillConcurrency bounds sandboxes started at once in the background.
 	RefillConcurrency int
-	// WarmModules are imported in each sandbox before it is paused.
+	// WarmModules are imported in each sandbox before it is paused, or
+	// later while the pool is calm (see Calm).
 	WarmModules []string
-	Start       StartFunc
-	Logger      *slog.Logger
+	// Calm is how long after the pool last ran dry (a miss) it warms new
+	// sandboxes again; default 2s.
+	Calm   time.Duration
+	Start  StartFunc
+	Logger *slog.Logger
 }
 
 type slot struct {
 	sb      *sandbox.Sandbox
 	status  Status
 	readyAt time.Time
+	warm    bool // WarmModules imported
 }
 
 // move changes a slot's status, which must be from: a slot leaves Ready
@@ -86,6 +103,7 @@ type Stats struct {
 	Hits       uint64 `json:"hits"`
 	Misses     uint64 `json:"misses"`
 	ColdStarts uint64 `json:"cold_starts"`
+	Warm       int    `json:"warm"`     // ready sandboxes with the warm modules imported
 	Replaced   uint64 `json:"replaced"` // ready sandboxes found dead and replaced
 	Recycled   uint64 `json:"recycled"` // ready sandboxes retired at max idle age
 	StartErrs  uint64 `json:"start_errors"`
@@ -105,6 +123,8 @@ type Pool struct {
 	mu       sync.Mutex
 	ready    []*slot // FIFO: oldest first
 	starting int
+	warming  bool      // a warmOne runs
+	lastMiss time.Time // when Acquire last found the pool empty
 	stats    Stats
 	closed   bool
 }
@@ -116,6 +136,9 @@ func New(opts Options) *Pool {
 	}
 	if opts.MaxIdleAge <= 0 {
 		opts.MaxIdleAge = 10 * time.Minute
+	}
+	if opts.Calm <= 0 {
+		opts.Calm = 2 * time.Second
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -158,23 +181,40 @@ func (p *Pool) Acquire(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err
 		return s.sb, true, nil
 	}
 	p.count(func(st *Stats) { st.Misses++; st.ColdStarts++ })
+	p.mu.Lock()
+	p.lastMiss = time.Now()
+	p.mu.Unlock()
 	p.kick()
+	// Once calm, unwarmed sandboxes get their imports (see warmOne).
+	time.AfterFunc(p.opts.Calm+10*time.Millisecond, p.kick)
 	sb, err = p.opts.Start(ctx)
 	return sb, false, err
 }
 
-// take pops the oldest ready slot and marks it acquired: from here no one
-// else can see it.
+// take removes the oldest warm ready slot (else the oldest ready one) and
+// marks it acquired: from here no one else can see it.
 func (p *Pool) take() *slot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.ready) == 0 || p.closed {
 		return nil
 	}
-	s := p.ready[0]
-	p.ready = p.ready[1:]
+	i := 0
+	for j, s := range p.ready {
+		if s.warm {
+			i = j
+			break
+		}
+	}
+	s := p.ready[i]
+	p.ready = append(p.ready[:i], p.ready[i+1:]...)
 	s.move(Ready, Acquired)
 	return s
+}
+
+// calm reports whether the pool has not run dry for Options.Calm. p.mu held.
+func (p *Pool) calm() bool {
+	return p.lastMiss.IsZero() || time.Since(p.lastMiss) >= p.opts.Calm
 }
 
 // wakeUp resumes a paused sandbox and pings its agent: a sandbox killed
@@ -205,6 +245,9 @@ func (p *Pool) Stats() Stats {
 	ready := make([]*sandbox.Sandbox, 0, len(p.ready))
 	for _, s := range p.ready {
 		ready = append(ready, s.sb)
+		if s.warm {
+			st.Warm++
+		}
 	}
 	p.mu.Unlock()
 	var sum, n uint64
@@ -248,7 +291,62 @@ func (p *Pool) refillLoop() {
 				p.fillOne()
 			}()
 		}
+		if s := p.reserveWarming(); s != nil {
+			select {
+			case sem <- struct{}{}:
+			case <-p.ctx.Done():
+				p.finishWarming(s, errors.New("pool closing"))
+				return
+			}
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				defer func() { <-sem }()
+				p.finishWarming(s, p.warm(s.sb, true))
+				p.kick() // the next one
+			}()
+		}
 	}
+}
+
+// reserveWarming takes the oldest unwarmed ready slot out of the pool to be
+// warmed, when the pool is full, calm, and warms nothing else.
+func (p *Pool) reserveWarming() *slot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.warming || len(p.opts.WarmModules) == 0 || p.starting > 0 ||
+		len(p.ready) < p.opts.Size || !p.calm() {
+		return nil
+	}
+	for i, s := range p.ready {
+		if !s.warm {
+			p.ready = append(p.ready[:i], p.ready[i+1:]...)
+			s.move(Ready, Warming)
+			p.warming = true
+			return s
+		}
+	}
+	return nil
+}
+
+// finishWarming puts a warmed slot back (or destroys it after an error, or
+// when the pool closed meanwhile).
+func (p *Pool) finishWarming(s *slot, err error) {
+	p.mu.Lock()
+	p.warming = false
+	if err == nil && !p.closed {
+		s.move(Warming, Ready)
+		s.warm = true
+		p.ready = append(p.ready, s)
+		p.mu.Unlock()
+		return
+	}
+	s.move(Warming, Destroyed)
+	p.mu.Unlock()
+	if err != nil && p.ctx.Err() == nil {
+		p.log.Warn("warming pooled sandbox", "sandbox", s.sb.ID(), "err", err)
+	}
+	p.destroyAsync(s.sb)
 }
 
 // reserve claims one start if the pool is short of its size.
@@ -268,9 +366,10 @@ func (p *Pool) unreserve() {
 	p.starting--
 }
 
-// fillOne starts, warms and pauses one sandbox and adds it to the pool.
+// fillOne starts one sandbox, warms it unless the pool ran dry recently,
+// pauses it and adds it to the pool.
 func (p *Pool) fillOne() {
-	sb, err := p.prepare()
+	sb, warm, err := p.prepare()
 	p.mu.Lock()
 	p.starting--
 	if err != nil && p.ctx.Err() != nil {
@@ -296,32 +395,60 @@ func (p *Pool) fillOne() {
 		_ = sb.Destroy()
 		return
 	}
-	p.ready = append(p.ready, &slot{sb: sb, status: Ready, readyAt: time.Now()})
+	p.ready = append(p.ready, &slot{sb: sb, status: Ready, readyAt: time.Now(), warm: warm})
 	p.mu.Unlock()
+	p.kick() // a full pool may warm what it holds unwarmed
 	p.log.Debug("sandbox ready in pool", "sandbox", sb.ID())
 }
 
-func (p *Pool) prepare() (_ *sandbox.Sandbox, retErr error) {
+// prepare starts a sandbox, warms it if the pool is calm at that point, and
+// pauses it.
+func (p *Pool) prepare() (_ *sandbox.Sandbox, warm bool, retErr error) {
 	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
 	defer cancel()
 	sb, err := p.opts.Start(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer func() {
 		if retErr != nil {
 			_ = sb.Destroy()
 		}
 	}()
-	if len(p.opts.WarmModules) > 0 {
-		if _, err := sb.Client().Warm(ctx, p.opts.WarmModules); err != nil {
-			return nil, fmt.Errorf("warming sandbox %s: %w", sb.ID(), err)
+	p.mu.Lock()
+	warm = len(p.opts.WarmModules) > 0 && p.calm()
+	p.mu.Unlock()
+	if warm {
+		if err := p.warm(sb, false); err != nil {
+			return nil, false, err
 		}
 	}
 	if err := sb.Pause(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return sb, nil
+	return sb, warm, nil
+}
+
+// warm imports the warm modules in sb (resuming it first and pausing it
+// again after, when it is paused).
+func (p *Pool) warm(sb *sandbox.Sandbox, paused bool) error {
+	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
+	defer cancel()
+	if paused {
+		if err := sb.Healthy(); err != nil {
+			return err
+		}
+		if err := sb.Resume(); err != nil {
+			return err
+		}
+	}
+	if _, err := sb.Client().Warm(ctx, p.opts.WarmModules); err != nil {
+		return fmt.Errorf("warming sandbox %s: %w", sb.ID(), err)
+	}
+	if paused {
+		return sb.Pause()
+	}
+	return nil
 }
 
 // recycleOld destroys ready sandboxes older than MaxIdleAge; the refill

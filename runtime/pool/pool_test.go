@@ -20,9 +20,14 @@ var limits = cgroups.Limits{MemoryBytes: 256 << 20, CPUs: 1, Pids: 64}
 
 func newPool(t *testing.T, size int) *pool.Pool {
 	t.Helper()
+	return newPoolCalm(t, size, 0)
+}
+
+func newPoolCalm(t *testing.T, size int, calm time.Duration) *pool.Pool {
+	t.Helper()
 	rt, root := testenv.Runtime(t)
 	p := pool.New(pool.Options{
-		Name: t.Name(), Size: size, RefillConcurrency: 2, WarmModules: []string{"json", "re"},
+		Name: t.Name(), Size: size, RefillConcurrency: 2, WarmModules: []string{"json", "re"}, Calm: calm,
 		Start: func(ctx context.Context) (*sandbox.Sandbox, error) {
 			return rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: limits})
 		},
@@ -220,5 +225,73 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}
 	if got := rt.Live(); got != before {
 		t.Errorf("live sandboxes after Close: %d, want %d", got, before)
+	}
+}
+
+// waitWarm polls until the pool holds n warmed sandboxes.
+func waitWarm(t *testing.T, p *pool.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for st := p.Stats(); st.Warm < n; st = p.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool does not hold %d warm sandboxes: %+v", n, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// After the pool ran dry it refills without the warm imports (under load
+// they only slow the next sandbox down), and warms in place once calm.
+func TestWarmsOnlyWhenCalm(t *testing.T) {
+	const calm = 2 * time.Second
+	p := newPoolCalm(t, 2, calm)
+	waitWarm(t, p, 2)
+	ctx := context.Background()
+	hasJSON := func(sb *sandbox.Sandbox) string {
+		return exec(t, sb, "import sys\nprint('json' in sys.modules)")
+	}
+	var taken []*sandbox.Sandbox
+	for i := 0; i < 3; i++ { // two hits, then a miss
+		sb, _, err := p.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, sb)
+	}
+	missed := time.Now()
+	if got := hasJSON(taken[0]); got != "True\n" {
+		t.Errorf("sandbox from the calm pool: json imported %q, want True", got)
+	}
+	for _, sb := range taken {
+		sb.Destroy()
+	}
+	waitReady(t, p, 2)
+	st := p.Stats()
+	if time.Since(missed) >= calm {
+		t.Fatalf("refill took longer than the calm period (%v); cannot tell", time.Since(missed))
+	}
+	if st.Warm != 0 {
+		t.Errorf("refilled under pressure with warm imports: %+v", st)
+	}
+	sb, warm, err := p.Acquire(ctx)
+	if err != nil || !warm {
+		t.Fatalf("acquire: warm %v, %v", warm, err)
+	}
+	if got := hasJSON(sb); got != "False\n" {
+		t.Errorf("sandbox refilled under pressure: json imported %q, want False", got)
+	}
+	sb.Destroy()
+
+	waitWarm(t, p, 2) // once calm, in place
+	sb, warm, err = p.Acquire(ctx)
+	if err != nil || !warm {
+		t.Fatalf("acquire: warm %v, %v", warm, err)
+	}
+	defer sb.Destroy()
+	if got := hasJSON(sb); got != "True\n" {
+		t.Errorf("sandbox warmed once calm: json imported %q, want True", got)
+	}
+	if st := p.Stats(); st.Replaced != 0 || st.StartErrs != 0 {
+		t.Errorf("stats %+v", st)
 	}
 }
