@@ -33,6 +33,22 @@ func startAgent(tb testing.TB) *agent {
 
 func startAgentWith(tb testing.TB, attr *syscall.SysProcAttr) *agent {
 	tb.Helper()
+	cmd, reqW, repR := spawnAgent(tb, attr)
+	a := &agent{cmd: cmd, c: NewClient(repR, reqW, Options{})}
+	tb.Cleanup(func() { a.c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.c.Hello(ctx); err != nil {
+		tb.Fatalf("hello: %v", err)
+	}
+	return a
+}
+
+// spawnAgent starts agent.py under the host's python3 with its protocol pipes
+// on fds 3 and 4, and returns the host's ends; the process is killed when the
+// test ends.
+func spawnAgent(tb testing.TB, attr *syscall.SysProcAttr) (cmd *exec.Cmd, requests, replies *os.File) {
+	tb.Helper()
 	if _, err := os.Stat(hostPython); err != nil {
 		tb.Skipf("needs %s: %v", hostPython, err)
 	}
@@ -50,7 +66,7 @@ func startAgentWith(tb testing.TB, attr *syscall.SysProcAttr) *agent {
 		tb.Fatal(err)
 	}
 	argv := Argv(path)
-	cmd := exec.Command(hostPython, argv[1:]...)
+	cmd = exec.Command(hostPython, argv[1:]...)
 	cmd.ExtraFiles = []*os.File{reqR, repW} // fd 3, fd 4
 	cmd.Dir = dir
 	cmd.SysProcAttr = attr
@@ -60,18 +76,12 @@ func startAgentWith(tb testing.TB, attr *syscall.SysProcAttr) *agent {
 	}
 	reqR.Close()
 	repW.Close()
-	a := &agent{cmd: cmd, c: NewClient(repR, reqW, Options{})}
 	tb.Cleanup(func() {
-		a.c.Close()
+		reqW.Close()
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := a.c.Hello(ctx); err != nil {
-		tb.Fatalf("hello: %v", err)
-	}
-	return a
+	return cmd, reqW, repR
 }
 
 func (a *agent) exec(tb testing.TB, code string) *Result {
@@ -536,26 +546,7 @@ func TestLeanStartAndCellLines(t *testing.T) {
 
 // Malformed request lines get a ProtocolError reply and the agent keeps serving.
 func TestMalformedRequestLine(t *testing.T) {
-	if _, err := os.Stat(hostPython); err != nil {
-		t.Skipf("needs %s: %v", hostPython, err)
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, AgentFileName)
-	if err := os.WriteFile(path, AgentSource, 0o444); err != nil {
-		t.Fatal(err)
-	}
-	reqR, reqW, _ := os.Pipe()
-	repR, repW, _ := os.Pipe()
-	argv := Argv(path)
-	cmd := exec.Command(hostPython, argv[1:]...)
-	cmd.ExtraFiles = []*os.File{reqR, repW}
-	cmd.Dir = dir
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	reqR.Close()
-	repW.Close()
-	t.Cleanup(func() { reqW.Close(); cmd.Process.Kill(); cmd.Wait() })
+	_, reqW, repR := spawnAgent(t, nil)
 	replies := bufio.NewReader(repR)
 	read := func() map[string]any {
 		t.Helper()

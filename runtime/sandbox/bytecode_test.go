@@ -84,12 +84,7 @@ func TestAgentBytecode(t *testing.T) {
 // Bytecode the image's Python refuses is removed and the sandbox starts from
 // source instead: a bad .pyc costs one failed start, never a failed request.
 func TestAgentBytecodeUnusable(t *testing.T) {
-	_, root := setup(t)
-	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
+	rt, root := freshRuntime(t)
 	id := fakeImageID(t)
 	pyc := filepath.Join(rt.AgentDir(), "agent-"+id+".pyc")
 	if err := os.WriteFile(pyc, []byte("\x00\x00\r\nnot bytecode at all"), 0o444); err != nil {
@@ -112,4 +107,17 @@ func TestAgentBytecodeUnusable(t *testing.T) {
 			t.Errorf("start %d: unusable bytecode still installed (%v)", i, err)
 		}
 	}
+}
+
+// freshRuntime is a runtime of its own on the shared state dir, for tests
+// that change what the runtime remembers.
+func freshRuntime(t *testing.T) (*sandbox.Runtime, string) {
+	t.Helper()
+	_, root := setup(t)
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt, root
 }

@@ -32,12 +32,7 @@ func TestSlimInit(t *testing.T) {
 // init: the sandbox still starts, and the agent closes the descriptor it
 // should not have got, and says so.
 func TestSlimInitUnusable(t *testing.T) {
-	_, root := setup(t)
-	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
+	rt, root := freshRuntime(t)
 	fd, err := unix.MemfdCreate("forge-init", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		t.Fatal(err)
