@@ -86,7 +86,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			st := warm.PoolStats()
-			if len(st) > 0 && st[0].Ready >= wcfg.Pool.Size && (st[0].Warm >= wcfg.Pool.Size || len(wcfg.Pool.WarmModules) == 0) {
+			if len(st) > 0 && st[0].Ready >= wcfg.Pool.Size && st[0].Warm >= wcfg.Pool.Size {
 				return
 			}
 			time.Sleep(5 * time.Millisecond)

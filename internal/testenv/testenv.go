@@ -77,6 +77,10 @@ func Runtime(t testing.TB) (*sandbox.Runtime, string) {
 	return shared.rt, shared.fs.Path()
 }
 
+// BaseImageID is the id of the base image mounted by Runtime (which must have
+// been called), for sandbox configs that name their image.
+func BaseImageID() string { return shared.fs.Image().ID }
+
 // Close releases what Runtime set up and reports anything this process left
 // behind: live sandboxes, libcontainer state, cgroups.
 func Close() error {

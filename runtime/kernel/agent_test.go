@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -464,6 +465,34 @@ func TestWarm(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"json", "decimal"}, got); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
+// Warm also does what the first exec would (it starts the capture watcher
+// thread), so a pooled sandbox's first request does not pay for it; the
+// user's namespace stays as it was.
+func TestWarmDoesFirstExecWork(t *testing.T) {
+	threads := func(a *agent) int {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", a.cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	cold := startAgent(t)
+	if n := threads(cold); n != 1 {
+		t.Errorf("agent that never ran code has %d threads, want 1", n)
+	}
+	a := startAgent(t)
+	if _, err := a.c.Warm(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := threads(a); n != 2 {
+		t.Errorf("warmed agent has %d threads, want 2 (the capture watcher started)", n)
+	}
+	r := a.exec(t, "sorted(k for k in globals() if not k.startswith('__'))")
+	if diff := cmp.Diff([]any{"display"}, r.Result); diff != "" {
+		t.Errorf("names in the namespace after warm (-want +got)\n%s", diff)
 	}
 }
 

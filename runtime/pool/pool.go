@@ -68,7 +68,8 @@ type Options struct {
 	// RefillConcurrency bounds sandboxes started at once in the background.
 	RefillConcurrency int
 	// WarmModules are imported in each sandbox before it is paused, or
-	// later while the pool is calm (see Calm).
+	// later while the pool is calm (see Calm). Warming also runs an empty
+	// cell, so the first request does not pay for the agent's first exec.
 	WarmModules []string
 	// Calm is how long after the pool last ran dry (a miss) it warms new
 	// sandboxes again; default 2s.
@@ -314,7 +315,7 @@ func (p *Pool) refillLoop() {
 func (p *Pool) reserveWarming() *slot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.warming || len(p.opts.WarmModules) == 0 || p.starting > 0 ||
+	if p.closed || p.warming || p.starting > 0 ||
 		len(p.ready) < p.opts.Size || !p.calm() {
 		return nil
 	}
@@ -416,7 +417,7 @@ func (p *Pool) prepare() (_ *sandbox.Sandbox, warm bool, retErr error) {
 		}
 	}()
 	p.mu.Lock()
-	warm = len(p.opts.WarmModules) > 0 && p.calm()
+	warm = p.calm()
 	p.mu.Unlock()
 	if warm {
 		if err := p.warm(sb, false); err != nil {

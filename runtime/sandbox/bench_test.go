@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
-// BenchmarkCold measures create + run print(1) + destroy of a sandbox, and
-// reports bare `python3 -c 'print(1)'` on the host from the same run.
+// BenchmarkCold measures create + run print(1) + destroy of a sandbox (as the
+// engine starts them: with the image's agent bytecode), and reports bare
+// `python3 -c 'print(1)'` on the host from the same run.
 func BenchmarkCold(b *testing.B) {
 	rt, root := setup(b)
 	bare := median(20, func() {
@@ -24,7 +26,7 @@ func BenchmarkCold(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
-		sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits})
+		sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits, ImageID: testenv.BaseImageID()})
 		if err != nil {
 			b.Fatal(err)
 		}

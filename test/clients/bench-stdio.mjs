@@ -26,7 +26,7 @@ if (!forge) {
 const stats = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   const q = (p) => s[Math.min(s.length - 1, Math.floor(p * s.length))];
-  return { n: s.length, median_ms: +q(0.5).toFixed(3), p95_ms: +q(0.95).toFixed(3), min_ms: +s[0].toFixed(3) };
+  return { n: s.length, median_ms: +q(0.5).toFixed(3), p95_ms: +q(0.95).toFixed(3), p99_ms: +q(0.99).toFixed(3), min_ms: +s[0].toFixed(3) };
 };
 
 // RawClient speaks newline-delimited JSON-RPC to a spawned forge.
@@ -83,15 +83,31 @@ async function measure(open, list, exec) {
     await list(c);
     lists.push(performance.now() - t0);
   }
+  // Paced as an agent loop paces its calls (the model thinks between them):
+  // the pool has refilled before each, so these are warm runs end to end.
   const execs = [];
   for (let i = 0; i < Math.min(trips, 50); i++) {
+    await new Promise((r) => setTimeout(r, 150));
     const t0 = performance.now();
     const res = await exec(c);
     execs.push(performance.now() - t0);
     if (res.isError) throw new Error("print(1) failed: " + JSON.stringify(res.content));
   }
+  // Back to back: the pool runs dry after its size and the rest start cold.
+  const burst = [];
+  for (let i = 0; i < Math.min(trips, 50); i++) {
+    const t0 = performance.now();
+    const res = await exec(c);
+    burst.push(performance.now() - t0);
+    if (res.isError) throw new Error("print(1) failed: " + JSON.stringify(res.content));
+  }
   await c.close();
-  return { spawn_to_initialized: stats(init), tools_list_round_trip: stats(lists), execute_print1_round_trip: stats(execs) };
+  return {
+    spawn_to_initialized: stats(init),
+    tools_list_round_trip: stats(lists),
+    execute_print1_round_trip: stats(execs),
+    execute_print1_back_to_back: stats(burst),
+  };
 }
 
 const call = { name: "execute_python", arguments: { code: "print(1)" } };
@@ -119,6 +135,10 @@ console.log(JSON.stringify({ minimal_client: raw, typescript_sdk: sdk }, null, 2
 const failures = [];
 if (raw.spawn_to_initialized.median_ms > 50) failures.push("spawn → initialized median above 50 ms");
 if (raw.tools_list_round_trip.median_ms > 1) failures.push("tools/list median above 1 ms");
+for (const [name, r] of [["minimal client", raw], ["TypeScript SDK", sdk]]) {
+  const e = r.execute_print1_round_trip;
+  if (e.median_ms > 3 + (name === "TypeScript SDK" ? 2 : 0)) failures.push(`${name}: warm execute_python median above target`);
+}
 if (failures.length) {
   console.error("benchmark targets missed: " + failures.join("; "));
   process.exit(1);
