@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -17,10 +18,11 @@ import (
 	"github.com/mcp-forge/forge/runtime/engine"
 )
 
-const benchUsage = `Usage: forge bench [--runs N] [--json] [--image REF]
+const benchUsage = `Usage: forge bench [--runs N] [--json] [--image REF] [--cpuprofile FILE]
 
 Measures, in one run on this host: bare python3 -c 'print(1)', cold runs
 (pool off), warm runs (from the pool), and throughput at concurrency 1, 2, 4.
+--cpuprofile writes a Go CPU profile of forge itself (go tool pprof).
 `
 
 // benchRow is one measured scenario.
@@ -41,8 +43,20 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	runs := fs.Int("runs", 200, "")
 	asJSON := fs.Bool("json", false, "")
 	image := fs.String("image", "", "")
+	cpuProfile := fs.String("cpuprofile", "", "")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *runs < 10 {
-		return usagef("bench: [--runs N>=10] [--json] [--image REF]\n\n%s", benchUsage)
+		return usagef("bench: [--runs N>=10] [--json] [--image REF] [--cpuprofile FILE]\n\n%s", benchUsage)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	cfg, err := g.loadConfig()
 	if err != nil {
