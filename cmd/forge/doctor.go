@@ -150,8 +150,22 @@ func cmdGC(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	imgs, err := st.Images(ctx)
+	if err != nil {
+		return err
+	}
+	have := make(map[string]bool, len(imgs))
+	for _, img := range imgs {
+		have[img.ID] = true
+	}
+	arep, err := rt.CleanupAgents(func(id string) bool { return have[id] })
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(g.stdout, "sandboxes removed: %d, cgroups removed: %d\n", len(rep.Sandboxes), len(rep.Cgroups))
 	fmt.Fprintf(g.stdout, "store: dead processes %d, mounts removed %d, temp bytes freed %d\n",
 		len(srep.DeadProcesses), len(srep.Unmounted), srep.TempBytes)
+	fmt.Fprintf(g.stdout, "agent: directories of other builds removed %d, bytecode of removed images %d\n",
+		len(arep.Dirs), len(arep.Bytecode))
 	return nil
 }

@@ -346,6 +346,12 @@ var errAgentStart = errors.New("agent did not start")
 // start creates one sandbox whose init runs argv; cfg has its defaults.
 func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sandbox, retErr error) {
 	var s *Sandbox
+	if _, err := os.Stat(r.agentDir); err != nil {
+		// Removed from under us (forge gc of another build, or by hand): write it again.
+		if _, err := writeAgent(filepath.Dir(filepath.Dir(r.agentDir))); err != nil {
+			return nil, err
+		}
+	}
 	id := newID()
 	spec, err := r.spec(id, &cfg, argv)
 	if err != nil {
