@@ -1,6 +1,7 @@
 package cgroups
 
 import (
+	"errors"
 	"math"
 	"math/big"
 	"regexp"
@@ -32,36 +33,52 @@ var (
 	}
 )
 
-// ParseMemory parses a memory size; units are binary and case-insensitive
-// ("1.5g" is 1610612736 bytes), fractions of a byte are dropped.
+// ErrSizeRange is ParseBytes' error for a size beyond int64 bytes.
+var ErrSizeRange = errors.New("it is too large")
+
+// ParseBytes parses a byte count: an integer or decimal with an optional
+// binary unit, case-insensitive ("1048576", "1024k", "512m", "1.5g",
+// "128mb", "2gib"). Zero is allowed; fractions of a byte are dropped. The
+// error says what is wrong (ErrSizeRange when the size is too large). Memory
+// limits and every size in forge's configuration are read this way.
+func ParseBytes(s string) (int64, error) {
+	in := strings.ToLower(strings.TrimSpace(s))
+	if len(in) > 64 {
+		return 0, errors.New("it is too long")
+	}
+	if strings.HasPrefix(in, "-") {
+		return 0, errors.New("it is negative")
+	}
+	m := sizeRE.FindStringSubmatch(in)
+	if m == nil {
+		return 0, errors.New("not a size")
+	}
+	unit, ok := units[m[2]]
+	if !ok {
+		return 0, errors.New("unknown unit " + strconv.Quote(m[2]))
+	}
+	num, _ := new(big.Rat).SetString(m[1]) // the regexp admits only decimals
+	n := new(big.Int).Quo(num.Mul(num, new(big.Rat).SetInt64(unit)).Num(), num.Denom())
+	if !n.IsInt64() {
+		return 0, ErrSizeRange
+	}
+	return n.Int64(), nil
+}
+
+// ParseMemory parses a memory size as ParseBytes does ("1.5g" is 1610612736
+// bytes); zero is refused.
 func ParseMemory(s string) (int64, error) {
 	bad := func(reason string) error {
 		return &LimitError{Field: "memory", Value: s, Reason: reason + "; " + memoryForms}
 	}
-	in := strings.ToLower(strings.TrimSpace(s))
-	if len(in) > 64 {
-		return 0, bad("it is too long")
-	}
-	if strings.HasPrefix(in, "-") {
-		return 0, bad("it is negative")
-	}
-	m := sizeRE.FindStringSubmatch(in)
-	if m == nil {
-		return 0, bad("not a size")
-	}
-	unit, ok := units[m[2]]
-	if !ok {
-		return 0, bad("unknown unit " + strconv.Quote(m[2]))
-	}
-	num, _ := new(big.Rat).SetString(m[1]) // the regexp admits only decimals
-	n := new(big.Int).Quo(num.Mul(num, new(big.Rat).SetInt64(unit)).Num(), num.Denom())
+	n, err := ParseBytes(s)
 	switch {
-	case !n.IsInt64():
-		return 0, bad("it is too large")
-	case n.Sign() == 0:
+	case err != nil:
+		return 0, bad(err.Error())
+	case n == 0:
 		return 0, bad("it is zero")
 	}
-	return n.Int64(), nil
+	return n, nil
 }
 
 // FormatMemory writes n in the largest binary unit that divides it exactly:

@@ -1,6 +1,7 @@
 package profiles
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mcp-forge/forge/cgroups"
 )
 
 // Size is a number of bytes. In YAML and in FORGE_* variables it is written
@@ -15,56 +18,21 @@ import (
 // (case-insensitive; "512MB" and "512MiB" mean the same as "512m").
 type Size int64
 
-var sizeUnits = map[string]int64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
-	"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-	"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
-	"t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
-}
-
-// ParseSize parses a size such as "512m". Errors name the value.
+// ParseSize parses a size such as "512m" (cgroups.ParseBytes: the same
+// syntax as a request's memory limit). Errors name the value.
 func ParseSize(s string) (Size, error) {
-	in := strings.ToLower(strings.TrimSpace(s))
-	i := strings.IndexFunc(in, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	if i < 0 {
-		i = len(in)
-	}
-	num, unit := in[:i], strings.TrimSpace(in[i:])
-	mult, ok := sizeUnits[unit]
-	if num == "" || !ok {
-		return 0, fmt.Errorf("%w: %q is not a size (want a number of bytes or a number with k, m, g or t, like \"512m\")", ErrInvalidValue, s)
-	}
-	if !strings.Contains(num, ".") {
-		n, err := strconv.ParseInt(num, 10, 64)
-		if err != nil || n > math.MaxInt64/mult {
-			return 0, fmt.Errorf("%w: size %q is out of range", ErrInvalidValue, s)
-		}
-		return Size(n * mult), nil
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q is not a size", ErrInvalidValue, s)
-	}
-	b := f * float64(mult)
-	if b >= math.MaxInt64 {
+	n, err := cgroups.ParseBytes(s)
+	switch {
+	case errors.Is(err, cgroups.ErrSizeRange):
 		return 0, fmt.Errorf("%w: size %q is out of range", ErrInvalidValue, s)
+	case err != nil:
+		return 0, fmt.Errorf("%w: %q is not a size (%v; want a number of bytes or a number with k, m, g or t, like \"512m\")", ErrInvalidValue, s, err)
 	}
-	return Size(b), nil
+	return Size(n), nil
 }
 
 // String formats s with the largest unit that divides it exactly ("512m").
-func (s Size) String() string {
-	for _, u := range []struct {
-		suffix string
-		mult   Size
-	}{{"t", 1 << 40}, {"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}} {
-		if s != 0 && s%u.mult == 0 {
-			return strconv.FormatInt(int64(s/u.mult), 10) + u.suffix
-		}
-	}
-	return strconv.FormatInt(int64(s), 10)
-}
+func (s Size) String() string { return cgroups.FormatMemory(int64(s)) }
 
 // Bytes returns s as a plain int64.
 func (s Size) Bytes() int64 { return int64(s) }
