@@ -189,7 +189,7 @@ def _flush_std():
 
 
 def _setup_fds():
-    global _requests, _replies, _devnull
+    global _requests, _replies, _devnull, _stray_fds
     import fcntl
 
     req = fcntl.fcntl(REQ_FD, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
@@ -197,7 +197,6 @@ def _setup_fds():
     os.close(REQ_FD)
     os.close(REP_FD)
     # Nothing else the launcher had open reaches user code; the count goes to the host in hello.
-    global _stray_fds
     try:
         names = os.listdir("/proc/self/fd")
     except OSError:

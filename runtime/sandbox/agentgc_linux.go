@@ -64,7 +64,9 @@ func (r *Runtime) CleanupAgents(imageExists func(id string) bool) (AgentGCReport
 			errs = append(errs, err)
 			continue
 		}
-		r.dropBytecode(id)
+		r.pycMu.Lock()
+		delete(r.pyc, id) // compiled again should the image come back
+		r.pycMu.Unlock()
 		rep.Bytecode = append(rep.Bytecode, path)
 	}
 	return rep, errors.Join(errs...)

@@ -325,6 +325,9 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if err := r.ensureAgentDir(); err != nil {
+		return nil, err
+	}
 	argv, compiled := r.agentArgv(ctx, cfg)
 	s, err := r.start(ctx, cfg, argv)
 	if err != nil && compiled && errors.Is(err, errAgentStart) && ctx.Err() == nil {
@@ -340,18 +343,28 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	return s, nil
 }
 
+// ensureAgentDir writes the agent directory again if it was removed from
+// under the runtime (by forge gc of another build, or by hand); the bytecode
+// went with it, so the runtime forgets what it knew of it.
+func (r *Runtime) ensureAgentDir() error {
+	if _, err := os.Stat(r.agentDir); err == nil {
+		return nil
+	}
+	if _, err := writeAgent(filepath.Dir(filepath.Dir(r.agentDir))); err != nil {
+		return err
+	}
+	r.pycMu.Lock()
+	clear(r.pyc)
+	r.pycMu.Unlock()
+	return nil
+}
+
 // errAgentStart marks a sandbox whose container ran but whose agent never said hello.
 var errAgentStart = errors.New("agent did not start")
 
 // start creates one sandbox whose init runs argv; cfg has its defaults.
 func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sandbox, retErr error) {
 	var s *Sandbox
-	if _, err := os.Stat(r.agentDir); err != nil {
-		// Removed from under us (forge gc of another build, or by hand): write it again.
-		if _, err := writeAgent(filepath.Dir(filepath.Dir(r.agentDir))); err != nil {
-			return nil, err
-		}
-	}
 	id := newID()
 	spec, err := r.spec(id, &cfg, argv)
 	if err != nil {
