@@ -221,15 +221,21 @@ func (p *Pool) calm() bool {
 // wakeUp resumes a paused sandbox and pings its agent: a sandbox killed
 // while frozen only dies once thawed, so liveness is checked after resume.
 func (p *Pool) wakeUp(ctx context.Context, sb *sandbox.Sandbox) error {
-	if err := sb.Healthy(); err != nil {
-		return err
-	}
-	if err := sb.Resume(); err != nil {
+	if err := thaw(sb); err != nil {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	return sb.Client().Ping(pctx)
+}
+
+// thaw resumes a paused sandbox unless it is dead or dying: one killed while
+// frozen only dies once thawed.
+func thaw(sb *sandbox.Sandbox) error {
+	if err := sb.Healthy(); err != nil {
+		return err
+	}
+	return sb.Resume()
 }
 
 func (p *Pool) count(f func(*Stats)) {
@@ -436,10 +442,7 @@ func (p *Pool) warm(sb *sandbox.Sandbox, paused bool) error {
 	ctx, cancel := context.WithTimeout(p.ctx, 60*time.Second)
 	defer cancel()
 	if paused {
-		if err := sb.Healthy(); err != nil {
-			return err
-		}
-		if err := sb.Resume(); err != nil {
+		if err := thaw(sb); err != nil {
 			return err
 		}
 	}
