@@ -18,7 +18,7 @@ import (
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
-	"github.com/mcp-forge/forge/server/audit"
+	"github.com/mcp-forge/forge/internal/audit"
 )
 
 // EndpointPath is where the streamable HTTP transport listens.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/pool"
-	"github.com/mcp-forge/forge/server/bridge"
 )
 
 // Resource URIs.

@@ -9,9 +9,9 @@ import (
 	"net"
 	"path/filepath"
 
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/server"
-	"github.com/mcp-forge/forge/server/audit"
 )
 
 const serveUsage = `Usage: forge serve [--config FILE] [--http ADDR] [--allow-remote]

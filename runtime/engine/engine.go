@@ -17,15 +17,15 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/seccomp"
-	"github.com/mcp-forge/forge/server/audit"
-	"github.com/mcp-forge/forge/server/bridge"
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
 

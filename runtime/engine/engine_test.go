@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/internal/hooks"
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
-	"github.com/mcp-forge/forge/server/audit"
 )
 
 func TestMain(m *testing.M) {

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/runtime/session"
-	"github.com/mcp-forge/forge/server/audit"
 )
 
 // interruptGrace is how long a session's agent has to answer after the

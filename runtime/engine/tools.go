@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/sandbox"
-	"github.com/mcp-forge/forge/server/bridge"
 )
 
 // preludeTimeout bounds the generated code that defines the tool functions.

@@ -26,8 +26,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/profiles"
-	"github.com/mcp-forge/forge/server/audit"
 )
 
 // Defaults of a ServerConfig's zero fields.

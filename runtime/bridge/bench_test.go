@@ -11,7 +11,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mcp-forge/forge/server/bridge"
+	"github.com/mcp-forge/forge/runtime/bridge"
 )
 
 // BenchmarkCall measures one tool call round trip through the bridge

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mcp-forge/forge/server/audit"
+	"github.com/mcp-forge/forge/internal/audit"
 )
 
 // SocketName is the grant's socket inside the bridge directory.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/internal/testutil"
-	"github.com/mcp-forge/forge/server/audit"
-	"github.com/mcp-forge/forge/server/bridge"
+	"github.com/mcp-forge/forge/runtime/bridge"
 )
 
 var testServer struct {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/mcp-forge/forge/server/audit"
-	"github.com/mcp-forge/forge/server/bridge"
+	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/runtime/bridge"
 )
 
 func testServers(t testing.TB, cfg bridge.ServerConfig) map[string]bridge.ServerConfig {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/mcp-forge/forge/server/bridge"
+	"github.com/mcp-forge/forge/runtime/bridge"
 )
 
 // hostile is text crafted to escape string literals, docstrings and

@@ -10,8 +10,8 @@ import (
 
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/sandbox"
-	"github.com/mcp-forge/forge/server/bridge"
 )
 
 func TestMain(m *testing.M) {
