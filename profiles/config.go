@@ -17,7 +17,7 @@ type Config struct {
 	Images             ImagesConfig             `yaml:"images" doc:"Which images sandboxes may run."`
 	Sessions           SessionsConfig           `yaml:"sessions" doc:"Stateful sessions: a sandbox kept alive (paused while idle) between calls."`
 	Volumes            VolumesConfig            `yaml:"volumes" doc:"The per-session /workspace volume."`
-	Security           SecurityConfig           `yaml:"security" doc:"User namespace mapping, seccomp and the audit log. The sandbox's security invariants (namespaces, read-only root, no capabilities, no network) are not configurable."`
+	Security           SecurityConfig           `yaml:"security" doc:"Host uid ranges of the user namespaces, seccomp and the audit log. The sandbox's security invariants (namespaces, read-only root, no capabilities, no network) are not configurable."`
 	EnvironmentBuilder EnvironmentBuilderConfig `yaml:"environment_builder" doc:"The build_custom_environment tool, which installs packages into a new image."`
 	MCPTools           map[string]MCPToolServer `yaml:"mcp_tools" doc:"Downstream MCP servers whose tools sandboxed code may call as Python functions (code mode). Keyed by server name; their credentials (env) never enter the sandbox."`
 	Pool               PoolConfig               `yaml:"pool" doc:"The warm pool of pre-started, paused sandboxes that makes stateless runs fast."`
@@ -73,8 +73,9 @@ type VolumesConfig struct {
 
 // SecurityConfig configures the knobs of the sandbox that may vary by host.
 type SecurityConfig struct {
-	UIDMapBase      uint32 `yaml:"uid_map_base" doc:"First host uid (and gid) that container uid 0 maps to; must not be 0."`
-	UIDMapSize      uint32 `yaml:"uid_map_size" doc:"Number of uids (and gids) mapped; must cover security.sandbox_uid."`
+	UIDRangeStart   uint32 `yaml:"uid_range_start" doc:"First host uid (and gid) of the range forge reserves for sandboxes: each live sandbox maps its container ids onto its own block of uid_map_size ids from it, never shared with another sandbox. The range must overlap no range in /etc/subuid or /etc/subgid and no uid or gid in /etc/passwd or /etc/group (forge refuses to start otherwise; forge doctor shows it). Every forge process on one state dir must use the same range."`
+	UIDRangeSize    uint32 `yaml:"uid_range_size" doc:"Number of host ids reserved from uid_range_start; uid_range_size / uid_map_size sandboxes can live at once. The default, 0x70000000-0x7fffffff, is far above what useradd hands out and below 2^31."`
+	UIDMapSize      uint32 `yaml:"uid_map_size" doc:"Number of uids (and gids) each sandbox maps (container ids 0..uid_map_size-1, its block of the reserved range); must cover security.sandbox_uid."`
 	SandboxUID      uint32 `yaml:"sandbox_uid" doc:"uid (and gid) the code runs as inside the sandbox; never 0."`
 	SeccompProfile  string `yaml:"seccomp_profile" doc:"Seccomp profile: \"default\" (built in) or the absolute path of a JSON profile. There is no unconfined setting."`
 	AuditLog        string `yaml:"audit_log" doc:"Absolute path of the JSON-lines audit log. Empty means <state_dir>/audit.log."`

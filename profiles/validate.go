@@ -131,8 +131,8 @@ func (c *Config) validateSessions(p *problems) {
 
 func (c *Config) validateSecurity(p *problems) {
 	s := &c.Security
-	if s.UIDMapBase == 0 {
-		p.add("security.uid_map_base", "%w: must not be 0: container root would be host root", ErrSecurityInvariant)
+	if s.UIDRangeStart == 0 {
+		p.add("security.uid_range_start", "%w: must not be 0: container root would be host root", ErrSecurityInvariant)
 	}
 	if s.SandboxUID == 0 {
 		p.add("security.sandbox_uid", "%w: must not be 0: code runs as a non-root uid", ErrSecurityInvariant)
@@ -140,8 +140,11 @@ func (c *Config) validateSecurity(p *problems) {
 	if s.SandboxUID >= s.UIDMapSize {
 		p.add("security.uid_map_size", "must be > security.sandbox_uid (%d) so that the sandbox uid is mapped, got %d", s.SandboxUID, s.UIDMapSize)
 	}
-	if uint64(s.UIDMapBase)+uint64(s.UIDMapSize)-1 > maxMappedUID {
-		p.add("security.uid_map_size", "security.uid_map_base (%d) + uid_map_size (%d) runs past the last valid uid %d", s.UIDMapBase, s.UIDMapSize, maxMappedUID)
+	if s.UIDRangeSize < s.UIDMapSize {
+		p.add("security.uid_range_size", "must hold at least one block of security.uid_map_size (%d) ids, got %d", s.UIDMapSize, s.UIDRangeSize)
+	}
+	if uint64(s.UIDRangeStart)+uint64(s.UIDRangeSize)-1 > maxMappedUID {
+		p.add("security.uid_range_size", "security.uid_range_start (%d) + uid_range_size (%d) runs past the last valid uid %d", s.UIDRangeStart, s.UIDRangeSize, maxMappedUID)
 	}
 	seccomp(p, "security.seccomp_profile", s.SeccompProfile)
 	if s.AuditLog != "" && !filepath.IsAbs(s.AuditLog) {

@@ -81,11 +81,6 @@ type Options struct {
 	Servers map[string]ServerConfig
 	Logger  *slog.Logger // nil: slog.Default()
 	Audit   Auditor      // nil: nothing is audited
-	// SocketUID and SocketGID own each grant's socket (mode 0600): the
-	// host uid/gid of the sandbox user (e.g. 101000 for uid 1000 with the
-	// default mapping). Zero leaves the socket to forge's own user, which a
-	// sandbox in a user namespace cannot connect to.
-	SocketUID, SocketGID int
 	// StartTimeout limits starting and initializing one server
 	// (DefaultStartTimeout when zero).
 	StartTimeout time.Duration

@@ -82,7 +82,7 @@ func TestCatalog(t *testing.T) {
 
 func TestGrantUnknownTool(t *testing.T) {
 	b := newBridge(t, testServers(t, bridge.ServerConfig{}), nil)
-	_, err := b.Grant(context.Background(), "sb", t.TempDir(), []string{"add", "nope"})
+	_, err := b.Grant(context.Background(), hostSandbox{"sb", t.TempDir()}, []string{"add", "nope"})
 	if !errors.Is(err, bridge.ErrUnknownTool) || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), "echo") {
 		t.Errorf("got %v, want ErrUnknownTool naming nope and listing echo", err)
 	}
@@ -185,7 +185,7 @@ func TestMalformedRequests(t *testing.T) {
 	}
 	defer b.Close()
 	dir := t.TempDir()
-	g, err := b.Grant(context.Background(), "sb", dir, []string{"echo"})
+	g, err := b.Grant(context.Background(), hostSandbox{"sb", dir}, []string{"echo"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ print(pid()["pid"] != before)
 func TestGrantCloseRemovesSocket(t *testing.T) {
 	b := newBridge(t, testServers(t, bridge.ServerConfig{}), nil)
 	dir := t.TempDir()
-	g, err := b.Grant(context.Background(), "sb", dir, []string{"add"})
+	g, err := b.Grant(context.Background(), hostSandbox{"sb", dir}, []string{"add"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestGrantCloseRemovesSocket(t *testing.T) {
 		t.Errorf("socket still there: %v", err)
 	}
 	// A new grant on the same directory works (sessions re-grant).
-	g2, err := b.Grant(context.Background(), "sb", dir, []string{"echo"})
+	g2, err := b.Grant(context.Background(), hostSandbox{"sb", dir}, []string{"echo"})
 	if err != nil {
 		t.Fatal(err)
 	}

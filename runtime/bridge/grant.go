@@ -30,11 +30,27 @@ const (
 	writeTimeout  = 10 * time.Second // a sandbox that does not read its reply
 )
 
+// Sandbox is what a grant needs of the sandbox it serves (*sandbox.Sandbox
+// is one).
+type Sandbox interface {
+	ID() string
+	// BridgeDir is the host directory mounted at /run/forge in this
+	// sandbox and no other; the grant's socket is made there.
+	BridgeDir() string
+	// HostUID and HostGID are the sandbox user's host ids: the socket's
+	// owner, and the only peer credentials accepted.
+	HostUID() int
+	HostGID() int
+	// OwnsProcess reports whether a host pid is a process of the sandbox.
+	OwnsProcess(pid int) (bool, error)
+}
+
 // Grant is the set of tools one sandbox may call, served on its own socket.
 // Its call counters cover one execution: Reset them between the executions
 // of a session.
 type Grant struct {
 	b         *Bridge
+	sb        Sandbox
 	sandboxID string
 	path      string // host path of the socket
 	tools     map[string]Tool
@@ -48,18 +64,24 @@ type Grant struct {
 	mu         sync.Mutex
 	calls      map[string]int // per server, since the last Reset
 	violations int            // ungranted calls, for rate-limiting their audit
+	refusals   int            // connections from outside the sandbox, likewise
 	conns      map[net.Conn]struct{}
 	closed     bool
 }
 
-// Grant makes the named tools callable by the sandbox sandboxID, whose
-// bridge directory (sandbox.Config.BridgeDir, a host directory no other
-// sandbox sees) is dir. It listens on dir/bridge.sock, owned by
-// Options.SocketUID/SocketGID with mode 0600. Unknown names are an error
+// Grant makes the named tools callable by the sandbox sb. It listens on
+// bridge.sock in the sandbox's bridge directory, owned by the sandbox
+// user's host uid/gid with mode 0600, and serves only connections whose
+// peer (SO_PEERCRED) is a process of sb running as that user; any other is
+// closed and audited as a security violation. Unknown names are an error
 // (ErrUnknownTool) listing the available tools. A directory has at most one
 // live grant: Close the old one before granting anew (a session whose
 // tools change).
-func (b *Bridge) Grant(ctx context.Context, sandboxID, dir string, names []string) (*Grant, error) {
+func (b *Bridge) Grant(ctx context.Context, sb Sandbox, names []string) (*Grant, error) {
+	sandboxID, dir := sb.ID(), sb.BridgeDir()
+	if dir == "" {
+		return nil, fmt.Errorf("sandbox %s has no bridge directory", sandboxID)
+	}
 	tools, err := b.lookup(names)
 	if err != nil {
 		return nil, err
@@ -68,12 +90,12 @@ func (b *Bridge) Grant(ctx context.Context, sandboxID, dir string, names []strin
 	if err != nil {
 		return nil, err
 	}
-	g := &Grant{b: b, sandboxID: sandboxID, path: filepath.Join(dir, SocketName), list: tools, prelude: prelude,
+	g := &Grant{b: b, sb: sb, sandboxID: sandboxID, path: filepath.Join(dir, SocketName), list: tools, prelude: prelude,
 		tools: map[string]Tool{}, calls: map[string]int{}, conns: map[net.Conn]struct{}{}}
 	for _, t := range tools {
 		g.tools[t.Name] = t
 	}
-	if g.ln, err = b.listen(dir, g.path); err != nil {
+	if g.ln, err = listen(dir, g.path, sb.HostUID(), sb.HostGID()); err != nil {
 		return nil, fmt.Errorf("bridge socket of sandbox %s: %w", sandboxID, err)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -96,7 +118,7 @@ func (b *Bridge) Grant(ctx context.Context, sandboxID, dir string, names []strin
 // then renames it into place, so the sandbox never sees a socket with the
 // wrong permissions. dir is created by the engine and mounted read-only
 // into the sandbox, which therefore cannot plant anything in it.
-func (b *Bridge) listen(dir, path string) (_ *net.UnixListener, retErr error) {
+func listen(dir, path string, uid, gid int) (_ *net.UnixListener, retErr error) {
 	if fi, err := os.Lstat(dir); err != nil {
 		return nil, err
 	} else if !fi.IsDir() {
@@ -126,10 +148,8 @@ func (b *Bridge) listen(dir, path string) (_ *net.UnixListener, retErr error) {
 	if err := os.Chmod(tmp, 0o600); err != nil {
 		return nil, err
 	}
-	if uid, gid := b.opts.SocketUID, b.opts.SocketGID; uid != 0 || gid != 0 {
-		if err := os.Lchown(tmp, uid, gid); err != nil {
-			return nil, err
-		}
+	if err := os.Lchown(tmp, uid, gid); err != nil {
+		return nil, err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return nil, err
@@ -217,7 +237,7 @@ func (g *Grant) serve() {
 			}
 			return
 		}
-		if !g.track(c) {
+		if !g.admit(c) || !g.track(c) {
 			continue
 		}
 		g.wg.Go(func() { g.handle(c) })

@@ -1,7 +1,9 @@
 package bridge_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,6 +89,26 @@ func memoryServer(t testing.TB) bridge.ServerConfig {
 	}
 }
 
+// hostSandbox stands in for a sandbox in the host-side tests of the
+// protocol: its "processes" are those in the test's own cgroup running as
+// the test's user (the Python children the tests start), checked with the
+// same /proc read a real sandbox does.
+type hostSandbox struct{ id, dir string }
+
+func (h hostSandbox) ID() string        { return h.id }
+func (h hostSandbox) BridgeDir() string { return h.dir }
+func (h hostSandbox) HostUID() int      { return os.Getuid() }
+func (h hostSandbox) HostGID() int      { return os.Getgid() }
+
+func (h hostSandbox) OwnsProcess(pid int) (bool, error) {
+	mine, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return false, err
+	}
+	theirs, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	return err == nil && bytes.Equal(mine, theirs), err
+}
+
 // recorder is an Auditor that keeps the events.
 type recorder struct {
 	mu     sync.Mutex
@@ -136,7 +158,7 @@ func grant(t testing.TB, b *bridge.Bridge, names ...string) *bridge.Grant {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	g, err := b.Grant(context.Background(), "sb-test", dir, names)
+	g, err := b.Grant(context.Background(), hostSandbox{"sb-test", dir}, names)
 	if err != nil {
 		t.Fatalf("Grant(%v): %v", names, err)
 	}

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 // sandbox with its own bridge directory, a grant made afterwards (as for a
 // warm sandbox taken from the pool), the prelude run as an ordinary exec,
 // then user code that calls the tools from uid 1000 in a user namespace
-// (host uid 101000) without network, across two executions.
+// (the sandbox's own host uid) without network, across two executions.
 func TestSandbox(t *testing.T) {
 	rt, root := testenv.Runtime(t)
 	ctx := context.Background()
@@ -49,13 +49,12 @@ func TestSandbox(t *testing.T) {
 
 	servers := testServers(t, bridge.ServerConfig{MaxCalls: 5})
 	servers["memory"] = memoryServer(t)
-	const hostUID = 100000 + 1000 // sandbox.Config defaults: UIDBase + UID
-	b, err := bridge.New(ctx, bridge.Options{Servers: servers, SocketUID: hostUID, SocketGID: hostUID})
+	b, err := bridge.New(ctx, bridge.Options{Servers: servers})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	g, err := b.Grant(ctx, sb.ID(), dir, []string{"add", "echo", "fail", "env_probe", "create_entities", "read_graph"})
+	g, err := b.Grant(ctx, sb, []string{"add", "echo", "fail", "env_probe", "create_entities", "read_graph"})
 	if err != nil {
 		t.Fatal(err)
 	}

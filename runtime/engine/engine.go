@@ -21,6 +21,7 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/bridge"
+	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/sandbox"
@@ -91,17 +92,20 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 			e.store.Close()
 		}
 	}()
-	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger})
+	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger,
+		IDRange:     idmap.Range{Start: cfg.Security.UIDRangeStart, Size: cfg.Security.UIDRangeSize},
+		IDBlockSize: cfg.Security.UIDMapSize})
 	if err != nil {
 		return nil, err
 	}
-	// The host uid the sandbox user maps to: owner of its bridge socket and
-	// of files restored into its /workspace.
-	hostUID := int(cfg.Security.UIDMapBase + cfg.Security.SandboxUID)
+	defer func() {
+		if retErr != nil {
+			e.rt.Close()
+		}
+	}()
 	if len(cfg.MCPTools) > 0 {
 		e.bridge, err = bridge.New(ctx, bridge.Options{
 			Servers: bridge.ServersFromConfig(cfg.MCPTools), Logger: opts.Logger, Audit: opts.Audit,
-			SocketUID: hostUID, SocketGID: hostUID,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("mcp_tools: %w", err)
@@ -120,7 +124,6 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		MaxLifetime:   time.Duration(sc.MaxLifetime),
 		Persist:       sc.Persist,
 		Quota:         int64(cfg.Volumes.SessionQuota),
-		HostUID:       hostUID,
 		Start:         e.acquireImage,
 		Logger:        opts.Logger,
 		OnEvent: func(event, id string) {
@@ -359,8 +362,6 @@ func (e *Engine) sandboxConfig(rootfs string) sandbox.Config {
 		Limits:        e.def,
 		TmpSize:       int64(e.cfg.Execution.TmpSize),
 		WorkspaceSize: int64(e.cfg.Volumes.SessionQuota),
-		UIDBase:       uint32(s.UIDMapBase),
-		UIDSize:       uint32(s.UIDMapSize),
 		UID:           uint32(s.SandboxUID),
 		Seccomp:       e.seccomp,
 	}

@@ -39,7 +39,7 @@ func (e *Engine) grantTools(ctx context.Context, sb *sandbox.Sandbox, names []st
 	if sb.BridgeDir() == "" {
 		return nil, fmt.Errorf("sandbox %s has no bridge directory", sb.ID())
 	}
-	g, err := e.bridge.Grant(ctx, sb.ID(), sb.BridgeDir(), names)
+	g, err := e.bridge.Grant(ctx, sb, names)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}

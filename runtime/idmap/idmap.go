@@ -324,6 +324,17 @@ func (l *Lease) Release() error {
 	return nil
 }
 
+// ReleaseIfUnused releases the block if no host process has an id in it
+// (for a sandbox whose processes were never waited for); false keeps it.
+func (l *Lease) ReleaseIfUnused() (bool, error) {
+	var scan *procIDs
+	ok, err := l.a.unused(l.r, &scan)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, l.Release()
+}
+
 // Held is the number of blocks this allocator has leased.
 func (a *Allocator) Held() int {
 	a.mu.Lock()

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
+
+	"github.com/mcp-forge/forge/runtime/idmap"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,6 +20,10 @@ import (
 type CleanupReport struct {
 	Sandboxes []string `json:"sandboxes"`
 	Cgroups   []string `json:"cgroups"`
+	// Leases are host id blocks of dead forge processes given back; Busy
+	// ones still have processes and stay reserved.
+	Leases     []idmap.Range `json:"leases"`
+	LeasesBusy []idmap.Range `json:"leases_busy"`
 }
 
 // ownerPid extracts the forge process that created a sandbox from its id
@@ -65,6 +71,10 @@ func (r *Runtime) Cleanup(ctx context.Context) (CleanupReport, error) {
 	}
 	cgs, err := r.cleanupCgroups()
 	rep.Cgroups = cgs
+	errs = append(errs, err)
+	// After the orphans are gone, so that their blocks are free.
+	lrep, err := r.ids.Reclaim()
+	rep.Leases, rep.LeasesBusy = lrep.Reclaimed, lrep.Busy
 	errs = append(errs, err)
 	return rep, errors.Join(errs...)
 }

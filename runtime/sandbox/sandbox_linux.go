@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/seccomp"
 )
@@ -39,7 +40,13 @@ type Options struct {
 	StateDir string
 	// CgroupParent is the cgroup under which every sandbox's cgroup is made.
 	CgroupParent string
-	Logger       *slog.Logger
+	// IDRange is the host id range reserved for sandboxes: each one maps
+	// its container ids 0..IDBlockSize-1 onto a block of it that no other
+	// sandbox has while it lives (zero values: idmap's defaults). The range
+	// must be clear of /etc/subuid, /etc/subgid and host accounts.
+	IDRange     idmap.Range
+	IDBlockSize uint32
+	Logger      *slog.Logger
 }
 
 // Runtime creates sandboxes. It is safe for concurrent use.
@@ -54,6 +61,8 @@ type Runtime struct {
 	pycMu      sync.Mutex      // held while an image's agent bytecode is looked up or compiled
 	pyc        map[string]bool // image id → its agent bytecode is usable
 	cgroupBase string
+	unified    bool             // cgroup v2: a process's cgroup is its "0::" line
+	ids        *idmap.Allocator // one block of host ids per live sandbox
 	log        *slog.Logger
 }
 
@@ -95,6 +104,10 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, err
 	}
 	r.agentDir = dir
+	r.unified = occgroups.IsCgroup2UnifiedMode()
+	if r.ids, err = idmap.New(idmap.Options{StateDir: opts.StateDir, Reserved: opts.IDRange, BlockSize: opts.IDBlockSize}); err != nil {
+		return nil, fmt.Errorf("sandbox host ids: %w", err)
+	}
 	prepareSlimInit(r.log)
 	if _, err := r.Cleanup(ctx); err != nil {
 		r.log.Warn("cleaning up orphaned sandboxes", "err", err)
@@ -191,8 +204,12 @@ func (r *Runtime) Close() error {
 	for _, s := range all {
 		errs = append(errs, s.Destroy())
 	}
+	errs = append(errs, r.ids.Close())
 	return errors.Join(errs...)
 }
+
+// IDs is the allocator of the sandboxes' host id blocks.
+func (r *Runtime) IDs() *idmap.Allocator { return r.ids }
 
 func agentHash() string {
 	h := sha256.New()
@@ -214,9 +231,8 @@ type Config struct {
 	// BridgeDir, when set, is bind-mounted at /run/forge (the sandbox's own
 	// code-mode socket).
 	BridgeDir string
-	// UIDBase and UIDSize map container ids onto an unprivileged host range.
-	UIDBase, UIDSize uint32
-	// UID is the uid (and gid) code runs as inside.
+	// UID is the uid (and gid) code runs as inside; container ids are
+	// mapped onto the sandbox's own block of host ids (Options.IDRange).
 	UID uint32
 	// Seccomp is the filter; nil means seccomp.Default().
 	Seccomp *specs.LinuxSeccomp
@@ -229,24 +245,18 @@ type Config struct {
 	OnDestroy func()
 }
 
-func (c *Config) setDefaults() error {
+func (c *Config) setDefaults(blockSize uint32) error {
 	if c.TmpSize == 0 {
 		c.TmpSize = 64 << 20
 	}
 	if c.WorkspaceSize == 0 {
 		c.WorkspaceSize = 64 << 20
 	}
-	if c.UIDBase == 0 {
-		c.UIDBase = 100000
-	}
-	if c.UIDSize == 0 {
-		c.UIDSize = 65536
-	}
 	if c.UID == 0 {
 		c.UID = 1000
 	}
-	if c.UID >= c.UIDSize {
-		return fmt.Errorf("sandbox uid %d outside the mapped range of %d ids: %w", c.UID, c.UIDSize, ErrInvalidConfig)
+	if c.UID >= blockSize {
+		return fmt.Errorf("sandbox uid %d outside the mapped block of %d ids: %w", c.UID, blockSize, ErrInvalidConfig)
 	}
 	if c.Seccomp == nil {
 		sc, err := seccomp.Default()
@@ -269,11 +279,11 @@ func newID() string {
 }
 
 // spec builds the OCI spec of a sandbox.
-func (r *Runtime) spec(id string, cfg *Config, argv []string) (*specs.Spec, error) {
+func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (*specs.Spec, error) {
 	opts := []SpecOpt{
 		WithRootfs(cfg.Rootfs),
 		WithHostname("sandbox-" + id[len(id)-6:]),
-		WithIDMapping(cfg.UIDBase, cfg.UIDSize),
+		WithIDMapping(ids.Start, ids.Size),
 		WithUser(cfg.UID, cfg.UID),
 		WithArgs(argv...),
 		WithTmpfs("/tmp", cfg.TmpSize),
@@ -306,6 +316,9 @@ type Sandbox struct {
 
 	onDestroy func()
 	bridgeDir string
+	uid       uint32       // of the sandbox user, inside
+	lease     *idmap.Lease // the host ids container ids map onto
+	cgroup    string       // path of the sandbox's cgroup, as /proc/PID/cgroup shows it
 
 	mu        sync.Mutex
 	limits    cgroups.Limits // in force
@@ -322,7 +335,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 			onDestroy()
 		}
 	}()
-	if err := cfg.setDefaults(); err != nil {
+	if err := cfg.setDefaults(r.ids.BlockSize()); err != nil {
 		return nil, err
 	}
 	if err := r.ensureAgentDir(); err != nil {
@@ -366,7 +379,16 @@ var errAgentStart = errors.New("agent did not start")
 func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sandbox, retErr error) {
 	var s *Sandbox
 	id := newID()
-	spec, err := r.spec(id, &cfg, argv)
+	lease, err := r.ids.Allocate()
+	if err != nil {
+		return nil, fmt.Errorf("host ids of sandbox %s: %w", id, err)
+	}
+	defer func() {
+		if s == nil { // nothing ran under the lease
+			_ = lease.Release()
+		}
+	}()
+	spec, err := r.spec(id, &cfg, lease.Range(), argv)
 	if err != nil {
 		return nil, err
 	}
@@ -393,7 +415,8 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 	if err != nil {
 		return nil, fmt.Errorf("creating sandbox %s: %w", id, err)
 	}
-	s = &Sandbox{limits: cfg.Limits, id: id, rt: r, c: c, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10}, onDestroy: cfg.OnDestroy, bridgeDir: cfg.BridgeDir}
+	s = &Sandbox{limits: cfg.Limits, id: id, rt: r, c: c, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10},
+		onDestroy: cfg.OnDestroy, bridgeDir: cfg.BridgeDir, uid: cfg.UID, lease: lease, cgroup: r.cgroupBase + "/" + id}
 	r.track(s)
 	defer func() {
 		if retErr != nil {
@@ -538,6 +561,51 @@ func (s *Sandbox) ID() string { return s.id }
 
 // BridgeDir is the host directory mounted at /run/forge, if any.
 func (s *Sandbox) BridgeDir() string { return s.bridgeDir }
+
+// IDs is the block of host ids the sandbox's container ids map onto; no
+// other live sandbox has any of them.
+func (s *Sandbox) IDs() idmap.Range { return s.lease.Range() }
+
+// HostUID is the host uid of the sandbox user (owner of its bridge socket
+// and of files restored into its /workspace).
+func (s *Sandbox) HostUID() int { return int(s.lease.Range().Start + s.uid) }
+
+// HostGID is the host gid of the sandbox user.
+func (s *Sandbox) HostGID() int { return int(s.lease.Range().Start + s.uid) }
+
+// OwnsProcess reports whether host pid is a process of this sandbox: one
+// in its cgroup, which no process outside can join (the cgroup is host
+// root's, and the sandbox cannot create cgroups).
+func (s *Sandbox) OwnsProcess(pid int) (bool, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false, err
+	}
+	return inCgroup(string(b), s.cgroup, s.rt.unified), nil
+}
+
+// inCgroup reports whether /proc/PID/cgroup content places the process in
+// cgroup (or below it): on v2 by its "0::" line, on v1 by the pids
+// hierarchy, which every sandbox is limited in.
+func inCgroup(content, cgroup string, unified bool) bool {
+	for line := range strings.SplitSeq(content, "\n") {
+		id, rest, _ := strings.Cut(line, ":")
+		ctrls, path, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		match := unified && id == "0" && ctrls == ""
+		if !unified {
+			for c := range strings.SplitSeq(ctrls, ",") {
+				match = match || c == "pids"
+			}
+		}
+		if match {
+			return path == cgroup || strings.HasPrefix(path, cgroup+"/")
+		}
+	}
+	return false
+}
 
 // Hello is what the agent reported at start.
 func (s *Sandbox) Hello() *kernel.Hello { return s.hello }
@@ -688,10 +756,35 @@ func (s *Sandbox) Destroy() error {
 		defer s.onDestroy()
 	}
 	if err := s.c.Destroy(); err != nil {
-		return fmt.Errorf("destroying sandbox %s: %w", s.id, err)
+		// The lease stays taken: a process of the sandbox may live on.
+		return fmt.Errorf("destroying sandbox %s (its host ids %s stay reserved): %w", s.id, s.lease.Range(), err)
 	}
+	s.releaseIDs()
 	s.rt.log.Debug("sandbox destroyed", "sandbox", s.id)
 	return nil
+}
+
+// releaseIDs gives the sandbox's host ids back once none of its processes
+// can exist: its init reaped (the kernel reaps a pid namespace's init only
+// after every other process in it is gone) and its cgroup removed. A
+// sandbox whose init never ran under a Wait is checked in /proc instead.
+func (s *Sandbox) releaseIDs() {
+	var err error
+	switch {
+	case s.proc != nil && s.Alive():
+		s.rt.log.Warn("sandbox init not reaped; its host ids stay reserved", "sandbox", s.id, "ids", s.lease.Range())
+		return
+	case s.proc != nil:
+		err = s.lease.Release()
+	default:
+		var ok bool
+		if ok, err = s.lease.ReleaseIfUnused(); err == nil && !ok {
+			s.rt.log.Warn("processes of a sandbox that failed to start remain; its host ids stay reserved", "sandbox", s.id, "ids", s.lease.Range())
+		}
+	}
+	if err != nil {
+		s.rt.log.Warn("releasing host ids", "sandbox", s.id, "err", err)
+	}
 }
 
 // boundedBuffer keeps the first max bytes written to it (the agent's own

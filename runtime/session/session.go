@@ -96,7 +96,6 @@ type Options struct {
 	MaxLifetime   time.Duration
 	Persist       bool
 	Quota         int64 // bytes of /workspace saved at most
-	HostUID       int   // host uid of the sandbox user, owner of restored files
 	Start         StartFunc
 	Logger        *slog.Logger
 	// OnEvent is told of session creation and destruction (audit).
@@ -377,12 +376,13 @@ func (m *Manager) hasSavedState(id string) bool {
 func (s *Session) restoreLocked(ctx context.Context) ([]string, error) {
 	dir := s.m.dir(s.meta.ID)
 	root := fmt.Sprintf("/proc/%d/root", s.sb.Pid())
+	uid := s.sb.HostUID() // this sandbox's own: a restored session gets a new block
 	if err := s.sb.Pause(); err != nil {
 		return nil, err
 	}
 	ws := filepath.Join(dir, "workspace")
 	if _, err := os.Stat(ws); err == nil {
-		if err := copyIn(ws, root+sandbox.WorkspacePath, s.m.opts.HostUID); err != nil {
+		if err := copyIn(ws, root+sandbox.WorkspacePath, uid); err != nil {
 			return nil, fmt.Errorf("restoring /workspace: %w", err)
 		}
 	}
@@ -393,7 +393,7 @@ func (s *Session) restoreLocked(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = copyInFile(pkl, int(tmp.Fd()), filepath.Base(statePath), s.m.opts.HostUID)
+		err = copyInFile(pkl, int(tmp.Fd()), filepath.Base(statePath), uid)
 		tmp.Close()
 		if err != nil {
 			return nil, fmt.Errorf("restoring variables: %w", err)
