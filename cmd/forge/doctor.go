@@ -9,7 +9,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/seccomp"
@@ -88,12 +90,32 @@ func readFile(p string) string {
 	return string(b)
 }
 
+// idRangeCheck reports whether the host id range reserved for sandboxes is
+// clear of the subordinate ranges and accounts of etcDir.
+func idRangeCheck(cfg *profiles.Config, etcDir string) check {
+	s := cfg.Security
+	r := idmap.Range{Start: s.UIDRangeStart, Size: s.UIDRangeSize}
+	c := check{Name: "reserved host id range", Found: true,
+		Detail: fmt.Sprintf("%s (%s), %d sandboxes of %d ids: clear of %s/subuid, %s/subgid and host accounts",
+			r, idmap.Settings, s.UIDRangeSize/max(s.UIDMapSize, 1), s.UIDMapSize, etcDir, etcDir),
+		Disables: "all sandboxes (forge refuses to start)"}
+	if err := idmap.CheckHost(r, etcDir); err != nil {
+		c.Found = false
+		c.Detail = strings.ReplaceAll(err.Error(), "\n", "; ")
+	}
+	return c
+}
+
 func cmdDoctor(_ context.Context, g *globals, args []string) error {
 	asJSON := len(args) == 1 && args[0] == "--json"
 	if len(args) > 0 && !asJSON {
 		return usagef("doctor: takes only --json")
 	}
-	cs := hostChecks()
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	cs := append(hostChecks(), idRangeCheck(cfg, "/etc"))
 	missing := 0
 	for _, c := range cs {
 		if !c.Found {
@@ -133,10 +155,13 @@ func cmdGC(ctx context.Context, g *globals, args []string) error {
 	}
 	// Opening the runtime and the store runs their recovery: sandboxes,
 	// cgroups, mounts and temp blobs of dead forge processes go away.
-	rt, err := sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: g.log})
+	rt, err := sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: g.log,
+		IDRange:     idmap.Range{Start: cfg.Security.UIDRangeStart, Size: cfg.Security.UIDRangeSize},
+		IDBlockSize: cfg.Security.UIDMapSize})
 	if err != nil {
 		return err
 	}
+	defer rt.Close()
 	rep, err := rt.Cleanup(ctx)
 	if err != nil {
 		return err
@@ -163,6 +188,7 @@ func cmdGC(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	fmt.Fprintf(g.stdout, "sandboxes removed: %d, cgroups removed: %d\n", len(rep.Sandboxes), len(rep.Cgroups))
+	fmt.Fprintf(g.stdout, "host id leases of dead processes: released %d, still in use %d\n", len(rep.Leases), len(rep.LeasesBusy))
 	fmt.Fprintf(g.stdout, "store: dead processes %d, mounts removed %d, temp bytes freed %d\n",
 		len(srep.DeadProcesses), len(srep.Unmounted), srep.TempBytes)
 	fmt.Fprintf(g.stdout, "agent: directories of other builds removed %d, bytecode of removed images %d\n",

@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
@@ -97,8 +98,8 @@ func Close() error {
 	return err
 }
 
-// Leftovers reports sandboxes, libcontainer state dirs and cgroups of this
-// process that still exist.
+// Leftovers reports sandboxes, libcontainer state dirs, cgroups and host id
+// leases of this process that still exist.
 func Leftovers(rt *sandbox.Runtime, state string) error {
 	var problems []string
 	if rt != nil {
@@ -124,6 +125,15 @@ func Leftovers(rt *sandbox.Runtime, state string) error {
 		b, err := os.ReadFile(p)
 		if err == nil && strings.Contains(string(b), "/forge/"+prefix) {
 			problems = append(problems, "process "+filepath.Base(filepath.Dir(p)))
+		}
+	}
+	leases, err := idmap.Leases(state)
+	if err != nil {
+		problems = append(problems, "reading host id leases: "+err.Error())
+	}
+	for _, l := range leases {
+		if l.Pid == os.Getpid() {
+			problems = append(problems, "host id lease "+l.Range.String())
 		}
 	}
 	if len(problems) > 0 {

@@ -10,3 +10,6 @@ func (r *Runtime) SetInitFile(f *os.File) { r.initFile = f }
 
 // WaitSlimInit waits until the process's slim init memfd is made.
 func WaitSlimInit() { waitSlimInit() }
+
+// InCgroup is inCgroup, for tests.
+var InCgroup = inCgroup
