@@ -210,6 +210,12 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	if err != nil || string(data) != "keep me" {
 		t.Errorf("file after restart: %q, %v", data, err)
 	}
+	// The restored files belong to the new sandbox's own host uid (its
+	// block is leased afresh), so the sandbox user owns them and can write.
+	r = call(t, eng2, "r", "import os\nopen('/workspace/notes/a.txt', 'a').write('!')\n[os.stat(p).st_uid for p in ('/workspace/notes', '/workspace/notes/a.txt')]")
+	if fmt.Sprint(r.Result) != "[1000 1000]" {
+		t.Errorf("restored files owned by %v inside (error %+v), want uid 1000", r.Result, r.Error)
+	}
 	if err := eng2.Sessions().Destroy(ctx, "r"); err != nil {
 		t.Errorf("Destroy: %v", err)
 	}
