@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -127,11 +128,16 @@ type Allocator struct {
 	geo      int // shared flock on idmap/geometry.lock while the allocator is open
 
 	mu     sync.Mutex
-	next   int            // block tried first by the next Allocate
-	held   map[int]*Lease // blocks this allocator leased
-	free   []*Lease       // released blocks whose lock is kept, reused first
+	next   int               // block tried first by the next Allocate
+	held   map[int]*Lease    // blocks this allocator leased
+	free   []*Lease          // released blocks whose lock is kept, reused first
+	busy   map[int]time.Time // dead owners' blocks with processes left: not rescanned before then
 	closed bool
 }
+
+// busyRetry is how long a dead owner's block that still had processes is
+// skipped before /proc is scanned for it again.
+const busyRetry = 10 * time.Second
 
 // maxFree bounds the released blocks an allocator keeps locked for reuse
 // (hidden from other processes meanwhile); more are unlocked.
@@ -166,6 +172,7 @@ func New(opts Options) (*Allocator, error) {
 		blocks:   int(opts.Reserved.Size / opts.BlockSize),
 		proc:     opts.ProcDir,
 		held:     make(map[int]*Lease),
+		busy:     make(map[int]time.Time),
 		geo:      -1,
 	}
 	if err := os.MkdirAll(a.dir, 0o700); err != nil {
@@ -174,7 +181,28 @@ func New(opts Options) (*Allocator, error) {
 	if err := a.joinGeometry(); err != nil {
 		return nil, err
 	}
+	if err := a.prepareFiles(min(a.blocks, prepared)); err != nil {
+		a.Close()
+		return nil, err
+	}
 	return a, nil
+}
+
+// prepared is how many lease files New makes sure exist: creating one
+// costs a few hundred microseconds on a busy disk, reusing one a few.
+const prepared = 64
+
+// prepareFiles creates the lease files of the first n blocks (empty:
+// free) that do not exist yet, so that sandbox starts reuse files.
+func (a *Allocator) prepareFiles(n int) error {
+	for idx := range n {
+		fd, err := unix.Open(a.leasePath(idx), unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return fmt.Errorf("preparing leases in %s: %w", a.dir, err)
+		}
+		unix.Close(fd)
+	}
+	return nil
 }
 
 // Reserved is the range blocks are cut from.
@@ -211,10 +239,20 @@ func (a *Allocator) Allocate() (*Lease, error) {
 		return l, nil
 	}
 	var scan *procIDs // read once per call, only if a stale lease is met
+	var now time.Time
+	if len(a.busy) > 0 {
+		now = time.Now()
+	}
 	for i := range a.blocks {
 		idx := (a.next + i) % a.blocks
 		if a.held[idx] != nil {
 			continue
+		}
+		if until, ok := a.busy[idx]; ok {
+			if now.Before(until) {
+				continue
+			}
+			delete(a.busy, idx)
 		}
 		l, err := a.tryTake(idx, &scan)
 		if err != nil {
@@ -242,6 +280,9 @@ func (a *Allocator) tryTake(idx int, scan **procIDs) (*Lease, error) {
 		ok, err := a.unused(r, scan)
 		if err != nil || !ok {
 			unix.Close(fd)
+			if err == nil {
+				a.busy[idx] = time.Now().Add(busyRetry)
+			}
 			return nil, err
 		}
 	}
@@ -430,6 +471,7 @@ func (a *Allocator) Reclaim() (ReclaimReport, error) {
 			return rep, err
 		}
 	}
+	clear(a.busy) // just scanned: Allocate may look at every block again
 	return rep, nil
 }
 

@@ -308,6 +308,13 @@ func TestCrashedOwner(t *testing.T) {
 	}
 	sleeper.Process.Kill()
 	sleeper.Wait()
+	// Allocate looks at a busy block again after a while; forge gc at once.
+	if _, err := a.Allocate(); !errors.Is(err, idmap.ErrExhausted) {
+		t.Fatalf("right after: got %v, want the busy block skipped", err)
+	}
+	if rep, err := a.Reclaim(); err != nil || len(rep.Reclaimed) != 1 {
+		t.Fatalf("Reclaim: %+v, %v; want the block back", rep, err)
+	}
 	l, err := a.Allocate()
 	if err != nil || l.Range() != oneBlock {
 		t.Fatalf("after it is gone: got %v, %v; want %s", l, err, oneBlock)
@@ -315,7 +322,41 @@ func TestCrashedOwner(t *testing.T) {
 	l.Release()
 }
 
-// BenchmarkAllocate is one sandbox's share: lease a block and give it back.
+// BenchmarkAllocate is one sandbox's share: lease a block and give it back
+// (the pool's and sessions' steady state).
+//
+// BenchmarkAllocateFirst is the first sandboxes of a process: blocks whose
+// lease files exist but which no allocator holds yet.
+func BenchmarkAllocateFirst(b *testing.B) {
+	dir := b.TempDir()
+	opts := idmap.Options{StateDir: dir, EtcDir: emptyEtc(dir)}
+	a, err := idmap.New(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var held []*idmap.Lease
+	for b.Loop() {
+		if len(held) == 64 { // a new process after a clean exit: the same files, nothing held
+			b.StopTimer()
+			for _, l := range held {
+				l.Release()
+			}
+			held = held[:0]
+			a.Close()
+			if a, err = idmap.New(opts); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		l, err := a.Allocate()
+		if err != nil {
+			b.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	a.Close()
+}
+
 func BenchmarkAllocate(b *testing.B) {
 	dir := b.TempDir()
 	a, err := idmap.New(idmap.Options{StateDir: dir, EtcDir: emptyEtc(dir)})
@@ -335,6 +376,29 @@ func BenchmarkAllocate(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := l.Release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAllocateNewBlock is the first use of a block past the 64 whose
+// lease files New prepares: it creates the file (later uses reuse it).
+func BenchmarkAllocateNewBlock(b *testing.B) {
+	dir := b.TempDir()
+	a, err := idmap.New(idmap.Options{StateDir: dir, EtcDir: emptyEtc(dir)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	for range 64 {
+		if _, err := a.Allocate(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if _, err := a.Allocate(); errors.Is(err, idmap.ErrExhausted) {
+			b.Skip("every block has its file")
+		} else if err != nil {
 			b.Fatal(err)
 		}
 	}
