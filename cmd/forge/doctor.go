@@ -187,8 +187,9 @@ func cmdGC(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stdout, "sandboxes removed: %d, cgroups removed: %d\n", len(rep.Sandboxes), len(rep.Cgroups))
-	fmt.Fprintf(g.stdout, "host id leases of dead processes: released %d, still in use %d\n", len(rep.Leases), len(rep.LeasesBusy))
+	first := rt.Recovered() // opening the runtime already cleaned up
+	fmt.Fprintf(g.stdout, "sandboxes removed: %d, cgroups removed: %d\n", len(first.Sandboxes)+len(rep.Sandboxes), len(first.Cgroups)+len(rep.Cgroups))
+	fmt.Fprintf(g.stdout, "host id leases of dead processes: released %d, still in use %d\n", len(first.Leases)+len(rep.Leases), len(rep.LeasesBusy))
 	fmt.Fprintf(g.stdout, "store: dead processes %d, mounts removed %d, temp bytes freed %d\n",
 		len(srep.DeadProcesses), len(srep.Unmounted), srep.TempBytes)
 	fmt.Fprintf(g.stdout, "agent: directories of other builds removed %d, bytecode of removed images %d\n",

@@ -6,6 +6,7 @@ import (
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/idmap"
 )
 
 // isUsage reports errors that are the user's to fix in the command line or
@@ -17,6 +18,9 @@ func isUsage(err error) bool {
 		engine.ErrInvalidRequest,
 		cgroups.ErrInvalidLimit,
 		cgroups.ErrExceedsMaximum,
+		idmap.ErrOverlap, // security.uid_range_* to change
+		idmap.ErrGeometry,
+		idmap.ErrInvalid,
 	} {
 		if errors.Is(err, target) {
 			return true

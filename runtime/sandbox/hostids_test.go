@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/sandbox"
@@ -136,5 +137,25 @@ func TestInCgroup(t *testing.T) {
 		if got := sandbox.InCgroup(tc.content, cg, tc.unified); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestLeftoversFindsLeakedLease: the check every sandbox test binary runs
+// at exit fails on a host id lease that nothing gave back.
+func TestLeftoversFindsLeakedLease(t *testing.T) {
+	rt, _ := setup(t)
+	l, err := rt.IDs().Allocate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = testenv.Leftovers(nil, testutil.StateDirPath())
+	if err == nil || !strings.Contains(err.Error(), "host id lease "+l.Range().String()) {
+		t.Errorf("Leftovers with a leaked lease: got %v, want it named", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.Leftovers(nil, testutil.StateDirPath()); err != nil {
+		t.Errorf("after the release: %v", err)
 	}
 }

@@ -63,8 +63,13 @@ type Runtime struct {
 	cgroupBase string
 	unified    bool             // cgroup v2: a process's cgroup is its "0::" line
 	ids        *idmap.Allocator // one block of host ids per live sandbox
+	recovered  CleanupReport    // what NewRuntime's Cleanup removed
 	log        *slog.Logger
 }
+
+// Recovered is what NewRuntime removed of dead forge processes (forge gc
+// reports it with its own Cleanup).
+func (r *Runtime) Recovered() CleanupReport { return r.recovered }
 
 // NewRuntime prepares the state directories, writes the agent and removes the
 // sandboxes that dead forge processes left behind. It refuses to work in a
@@ -109,7 +114,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("sandbox host ids: %w", err)
 	}
 	prepareSlimInit(r.log)
-	if _, err := r.Cleanup(ctx); err != nil {
+	if r.recovered, err = r.Cleanup(ctx); err != nil {
 		r.log.Warn("cleaning up orphaned sandboxes", "err", err)
 	}
 	return r, nil
