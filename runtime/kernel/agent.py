@@ -799,7 +799,8 @@ def op_inspect(req):
                 raise
             except BaseException as e:
                 var = {"name": _clip(name, NAME_LIMIT), "type": _type_name(value), "kind": "value",
-                       "size_bytes": 0, "repr": "<inspect failed: %s>" % _clip(type(e).__name__, NAME_LIMIT)}
+                       "size_bytes": 0,
+                       "repr": _clip("<inspect failed: %s>" % type(e).__name__, INSPECT_REPR_LIMIT)}
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             variables.append(var)

@@ -52,7 +52,7 @@ func TestForgedInspectReplyIsBounded(t *testing.T) {
 
 // TestRepliesCheckedPerOp feeds each op a reply an honest agent never sends.
 func TestRepliesCheckedPerOp(t *testing.T) {
-	long := strings.Repeat("x", 2000)
+	long := strings.Repeat("x", 3000)
 	tests := []struct {
 		name, op, reply string
 	}{
@@ -105,13 +105,16 @@ func TestHonestRepliesAtTheCaps(t *testing.T) {
 	a := startAgent(t)
 	r := a.exec(t, `import json
 class E(Exception): pass
+# The worst names first: inspect and pickle_state list the first 1000.
+globals()['\u00e9' * 400] = type('T' * 400, (), {})()
+globals()['\udcff' * 400] = '\x01' * 300
+globals()['\x02' * 400] = 0
 for i in range(1500):
     globals()['v%d_' % i + 'n' * 300] = 'r' * 1000
-globals()['\u00e9' * 400] = type('T' * 400, (), {})()
 for i in range(1200):
     display(i)
 E.__name__ = 'E' * 500
-raise E('x' * 100000)`)
+raise E('\udcff' * 100000)`)
 	if r.Error == nil || len(r.Error.Type) > maxNameBytes || len(r.Display) != maxDisplayItems || !r.Truncated {
 		t.Fatalf("exec at the caps: error type %d bytes, %d display items, truncated %v", len(r.Error.Type), len(r.Display), r.Truncated)
 	}

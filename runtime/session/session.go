@@ -625,7 +625,11 @@ func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
 	}
 	var out Meta
 	_, err := m.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
-		if vars, err := sb.Client().Inspect(ctx); err == nil {
+		vars, err := sb.Client().Inspect(ctx)
+		if errors.Is(err, kernel.ErrProtocol) {
+			return err // the sandbox has been killed; the session is lost
+		}
+		if err == nil {
 			meta.Variables = vars
 		}
 		out = *meta
