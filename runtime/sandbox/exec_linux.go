@@ -83,9 +83,8 @@ func (s *Sandbox) Exec(ctx context.Context, code string, opts ExecOptions) (*ker
 	case errors.Is(err, kernel.ErrAgentExited):
 		// The agent died (OOM, os._exit, a signal): let init exit with its status.
 		s.awaitExit(exitGrace)
-	default:
+	case errors.Is(err, kernel.ErrProtocol):
 		// It spoke garbage; the client's OnBreak has killed the sandbox already.
-		s.rt.log.Warn("sandbox agent protocol error; killing it", "sandbox", s.id, "err", err)
 		broke = err
 	}
 	if err != nil {

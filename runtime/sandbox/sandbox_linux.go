@@ -656,8 +656,12 @@ func (s *Sandbox) onClientBreak(err error) {
 	if errors.Is(err, kernel.ErrAgentExited) {
 		return
 	}
-	s.rt.log.Warn("sandbox agent broke the protocol; killing it", "sandbox", s.id, "err", err)
-	s.killFor("the agent broke the protocol: " + err.Error())
+	why := "the agent stopped answering: "
+	if errors.Is(err, kernel.ErrProtocol) {
+		why = "the agent broke the protocol: "
+	}
+	s.rt.log.Warn("sandbox agent client broken; killing the sandbox", "sandbox", s.id, "err", err)
+	s.killFor(why + err.Error())
 }
 
 // killFor kills a live sandbox and remembers why (DeathReason).
