@@ -129,3 +129,24 @@ func Controllers() ([]string, error) {
 	slices.Sort(out)
 	return slices.Compact(out), nil
 }
+
+// ReadPidsLimitHits reads how often m refused a fork or a thread because
+// pids.max was reached (the "max" line of pids.events, in both versions).
+func ReadPidsLimitHits(m ocg.Manager) (uint64, error) {
+	dir := m.Path("pids")
+	if ocg.IsCgroup2UnifiedMode() {
+		dir = m.Path("")
+	}
+	return readPidsLimitHits(dir)
+}
+
+func readPidsLimitHits(dir string) (uint64, error) {
+	if dir == "" {
+		return 0, errors.New("reading pids events: no pids cgroup path")
+	}
+	n, err := fscommon.GetValueByKey(dir, "pids.events", "max")
+	if err != nil {
+		return 0, fmt.Errorf("reading pids events: %w", err)
+	}
+	return n, nil
+}

@@ -235,3 +235,15 @@ func TestResourcesApplied(t *testing.T) {
 		}
 	}
 }
+
+func TestReadPidsLimitHits(t *testing.T) {
+	fakeCgroupfs(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"pids.events": "max 3\n"})
+	if n, err := readPidsLimitHits(dir); err != nil || n != 3 {
+		t.Errorf("got %d, %v, want 3", n, err)
+	}
+	if _, err := readPidsLimitHits(""); err == nil {
+		t.Error("no pids path: got nil error")
+	}
+}

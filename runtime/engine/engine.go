@@ -124,6 +124,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		MaxLifetime:   time.Duration(sc.MaxLifetime),
 		Persist:       sc.Persist,
 		Quota:         int64(cfg.Volumes.SessionQuota),
+		StateLimit:    int64(cfg.Execution.TmpSize),
 		Start:         e.acquireImage,
 		Logger:        opts.Logger,
 		OnEvent: func(event, id string) {

@@ -48,7 +48,7 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 			meta.VariableCount = res.Variables
 		}
 		if !sb.Alive() {
-			why := "the sandbox died"
+			why := sb.DeathReason()
 			if res.OOMKilled {
 				why = "it ran out of memory"
 			} else if res.TimedOut {

@@ -105,6 +105,11 @@ INSPECT_REPR_LIMIT = 200
 INSPECT_REPR_SECONDS = 0.5
 INSPECT_MAX_VARIABLES = 1000
 ERROR_TEXT_LIMIT = 64 << 10
+# The host refuses replies past these (runtime/kernel/limits.go): the agent clips to them first,
+# so only a forged reply is ever refused.
+NAME_LIMIT = 256  # characters of a variable, type or exception name in a reply
+DISPLAY_MAX_ITEMS = 1000
+STATE_NAMES_LIMIT = 1000  # names listed per list of a pickle_state/restore_state reply
 JSON_NODE_BUDGET = 10000
 OPTIONAL_MODULES = ("numpy", "pandas", "matplotlib")
 
@@ -339,13 +344,22 @@ def _safe_repr(obj, limit):
     return r
 
 
+def _clip(s, limit):
+    return s if len(s) <= limit else s[:limit] + "…"
+
+
 def _type_name(obj):
     t = type(obj)
     try:
         mod, name = t.__module__, t.__qualname__
+        return _clip(name if mod == "builtins" else "%s.%s" % (mod, name), NAME_LIMIT)
     except Exception:
         return "?"
-    return name if mod == "builtins" else "%s.%s" % (mod, name)
+
+
+def _names(names):
+    """A name list for a reply: at most STATE_NAMES_LIMIT names of at most NAME_LIMIT each."""
+    return [_clip(n, NAME_LIMIT) for n in names[:STATE_NAMES_LIMIT]]
 
 
 def _plain_json(obj):
@@ -393,7 +407,7 @@ class _Display:
         # Base64 is ASCII; text may grow up to 6x as JSON, and the host bounds the reply line.
         cost = len(data) if data.isascii() and data.isprintable() else len(
             _dumps(data, allow_nan=True).encode("utf-8", "surrogatepass"))
-        if self.size + cost > DISPLAY_LIMIT:
+        if self.size + cost > DISPLAY_LIMIT or len(self.items) >= DISPLAY_MAX_ITEMS:
             self.truncated = True
             return
         self.size += cost
@@ -610,7 +624,7 @@ def _error(e):
         message = message[:ERROR_TEXT_LIMIT] + "…"
     if len(text) > ERROR_TEXT_LIMIT:  # keep the end, where the error is
         text = "…" + text[-ERROR_TEXT_LIMIT:]
-    return {"type": type(e).__name__, "message": message, "traceback": text}
+    return {"type": _clip(type(e).__name__, NAME_LIMIT), "message": message, "traceback": text}
 
 
 def _syntax_error(e):
@@ -618,9 +632,9 @@ def _syntax_error(e):
 
     line, col = e.lineno or 0, e.offset or 0
     err = {
-        "type": type(e).__name__,
-        "message": "%s (line %d, column %d)" % (e.msg, line, col),
-        "traceback": "".join(traceback.format_exception_only(type(e), e)),
+        "type": _clip(type(e).__name__, NAME_LIMIT),
+        "message": _clip("%s (line %d, column %d)" % (e.msg, line, col), ERROR_TEXT_LIMIT),
+        "traceback": _clip("".join(traceback.format_exception_only(type(e), e)), ERROR_TEXT_LIMIT),
     }
     if line:
         err["line"] = line
@@ -730,7 +744,7 @@ def _describe(name, value):
         kind = "function"
     elif isinstance(value, type):
         kind = "class"
-    var = {"name": name, "type": _type_name(value), "kind": kind}
+    var = {"name": _clip(name, NAME_LIMIT), "type": _type_name(value), "kind": kind}
     size = None
     if mod.startswith("numpy") and hasattr(value, "nbytes"):
         size = int(value.nbytes)
@@ -779,13 +793,14 @@ def op_inspect(req):
             try:
                 var = _call_user(_describe, name, value)
             except _Timeout:
-                var = {"name": name, "type": _type_name(value), "kind": "value",
+                var = {"name": _clip(name, NAME_LIMIT), "type": _type_name(value), "kind": "value",
                        "size_bytes": 0, "repr": "<inspect timed out>"}
             except KeyboardInterrupt:
                 raise
             except BaseException as e:
-                var = {"name": name, "type": _type_name(value), "kind": "value",
-                       "size_bytes": 0, "repr": "<inspect failed: %s>" % type(e).__name__}
+                var = {"name": _clip(name, NAME_LIMIT), "type": _type_name(value), "kind": "value",
+                       "size_bytes": 0,
+                       "repr": _clip("<inspect failed: %s>" % type(e).__name__, INSPECT_REPR_LIMIT)}
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             variables.append(var)
@@ -818,7 +833,7 @@ def op_pickle_state(req):
                and value.__name__ != "mcp_tools" and not value.__name__.startswith("mcp_tools.")}
     with open(path, "wb") as f:
         pickle.dump({"forge_state": 1, "values": blobs, "modules": modules}, f, pickle.HIGHEST_PROTOCOL)
-    return {"saved": saved + sorted(modules), "failed": failed}
+    return {"saved": _names(saved + sorted(modules)), "failed": _names(failed)}
 
 
 def op_restore_state(req):
@@ -848,7 +863,7 @@ def op_restore_state(req):
             raise
         except BaseException:
             failed.append(name)
-    return {"restored": restored, "failed": failed}
+    return {"restored": _names(restored), "failed": _names(failed)}
 
 
 # ---------------------------------------------------------------- workspace files
@@ -963,7 +978,7 @@ def _handle(line):
         if not isinstance(req, dict):
             raise ValueError("request is not an object")
     except ValueError as e:
-        return {"id": None, "ok": False, "error": {"type": "ProtocolError", "message": str(e)}}
+        return {"id": None, "ok": False, "error": {"type": "ProtocolError", "message": _clip(str(e), ERROR_TEXT_LIMIT)}}
     rid = req.get("id")
     op = OPS.get(req.get("op"))
     if op is None:
@@ -972,15 +987,15 @@ def _handle(line):
     try:
         reply = op(req)
     except ProtocolError as e:
-        return {"id": rid, "ok": False, "error": {"type": "ProtocolError", "message": str(e)}}
+        return {"id": rid, "ok": False, "error": {"type": "ProtocolError", "message": _clip(str(e), ERROR_TEXT_LIMIT)}}
     except FileError as e:
-        return {"id": rid, "ok": False, "error": {"type": "FileError", "message": str(e)}}
+        return {"id": rid, "ok": False, "error": {"type": "FileError", "message": _clip(str(e), ERROR_TEXT_LIMIT)}}
     except BaseException as e:  # a bug in the agent, or an interrupt outside user code
         import traceback
 
         return {"id": rid, "ok": False, "error": {
-            "type": "AgentError", "message": "%s: %s" % (type(e).__name__, e),
-            "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__))}}
+            "type": "AgentError", "message": _clip("%s: %s" % (type(e).__name__, e), ERROR_TEXT_LIMIT),
+            "traceback": _clip("".join(traceback.format_exception(type(e), e, e.__traceback__)), ERROR_TEXT_LIMIT)}}
     reply["id"] = rid
     reply["ok"] = True
     return reply

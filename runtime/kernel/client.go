@@ -38,6 +38,10 @@ type Options struct {
 	MaxReplyBytes int
 	// Logger receives debug lines; nil discards them.
 	Logger *slog.Logger
+	// OnBreak, if set, is called once when the client breaks (ErrProtocol, ErrAgentExited, a
+	// write cut short), before the failing call returns; the sandbox launcher kills the
+	// sandbox there, so a forged reply never leaves a live sandbox behind.
+	OnBreak func(error)
 }
 
 // Client speaks the agent protocol over a reply stream (the agent's fd 4) and a request stream
@@ -63,8 +67,16 @@ type Client struct {
 	mu        sync.Mutex
 	nextID    uint64
 	hello     *Hello
-	abandoned []uint64 // ids of timed-out requests, in order; their replies are skipped
-	err       error    // sticky: the client is broken
+	abandoned []abandoned // timed-out requests, in order; their replies are skipped
+	err       error       // sticky: the client is broken
+	onBreak   func(error)
+}
+
+// abandoned is a timed-out request whose late reply is still to come.
+type abandoned struct {
+	id    uint64
+	op    string
+	limit int // lineLimit of the request
 }
 
 // NewClient starts reading replies from the agent. If replies and requests are io.Closers
@@ -78,12 +90,13 @@ func NewClient(replies io.Reader, requests io.Writer, opts Options) *Client {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{
-		w:     requests,
-		r:     replies,
-		max:   opts.MaxReplyBytes,
-		log:   opts.Logger,
-		lines: make(chan []byte),
-		quit:  make(chan struct{}),
+		w:       requests,
+		r:       replies,
+		max:     opts.MaxReplyBytes,
+		log:     opts.Logger,
+		lines:   make(chan []byte),
+		quit:    make(chan struct{}),
+		onBreak: opts.OnBreak,
 	}
 	c.readWG.Add(1)
 	go c.readLoop()
@@ -172,6 +185,9 @@ func (c *Client) helloLocked(ctx context.Context) (*Hello, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(line) > maxHelloLine {
+		return nil, c.brokenfLocked("hello line of %d bytes, over the limit of %d", len(line), maxHelloLine)
+	}
 	rep, err := decodeReply(line)
 	if err == nil && rep.Op != "hello" {
 		err = protocolErrorf(nil, "first line is not hello")
@@ -179,7 +195,7 @@ func (c *Client) helloLocked(ctx context.Context) (*Hello, error) {
 	if err != nil {
 		return nil, c.breakLocked(err)
 	}
-	c.hello = &Hello{Python: rep.Python, PID: rep.PID, Modules: rep.Modules, StrayFDs: rep.StrayFDs}
+	c.hello = &Hello{Python: rep.Python, PID: rep.PID, Modules: rep.modules, StrayFDs: rep.StrayFDs}
 	c.log.Debug("agent hello", "python", rep.Python, "pid", rep.PID)
 	return c.hello, nil
 }
@@ -210,7 +226,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
 		Stdout:    rep.Stdout,
 		Stderr:    rep.Stderr,
 		Result:    rep.value,
-		Display:   rep.Display,
+		Display:   rep.display,
 		Error:     rep.Error,
 		Truncated: rep.Truncated,
 		TimedOut:  err != nil,
@@ -228,7 +244,7 @@ func (c *Client) Inspect(ctx context.Context) ([]Variable, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rep.Variables, nil
+	return rep.variables, nil
 }
 
 // Ping checks that the agent answers.
@@ -244,7 +260,7 @@ func (c *Client) Warm(ctx context.Context, modules []string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rep.Imported, nil
+	return rep.imported, nil
 }
 
 // PickleState pickles every picklable user variable, one by one, into the file at path (a
@@ -254,7 +270,7 @@ func (c *Client) PickleState(ctx context.Context, path string) (*StateReport, er
 	if err != nil {
 		return nil, err
 	}
-	return &StateReport{Saved: rep.Saved, Failed: rep.Failed}, nil
+	return &StateReport{Saved: rep.saved, Failed: rep.failed}, nil
 }
 
 // RestoreState loads the variables PickleState saved at path into the namespace.
@@ -263,7 +279,7 @@ func (c *Client) RestoreState(ctx context.Context, path string) (*StateReport, e
 	if err != nil {
 		return nil, err
 	}
-	return &StateReport{Restored: rep.Restored, Failed: rep.Failed}, nil
+	return &StateReport{Restored: rep.restored, Failed: rep.failed}, nil
 }
 
 // roundTrip sends r and waits for its reply. It returns a reply together with ErrTimeout only
@@ -286,10 +302,10 @@ func (c *Client) roundTrip(ctx context.Context, r *request, interrupt func() err
 	if err := c.writeLocked(ctx, append(data, '\n')); err != nil {
 		return nil, err
 	}
-	rep, err := c.awaitLocked(ctx, r.ID, interrupt, grace)
+	rep, err := c.awaitLocked(ctx, abandoned{r.ID, r.Op, lineLimit(r)}, interrupt, grace)
 	if rep != nil {
-		if verr := rep.validate(r.Op); verr != nil {
-			return nil, c.breakLocked(verr)
+		if verr := rep.validate(r); verr != nil {
+			return nil, c.breakLocked(fmt.Errorf("%s reply: %w", r.Op, verr))
 		}
 	}
 	return rep, err
@@ -316,7 +332,8 @@ func (c *Client) writeLocked(ctx context.Context, data []byte) error {
 	}
 }
 
-func (c *Client) awaitLocked(ctx context.Context, id uint64, interrupt func() error, grace time.Duration) (*reply, error) {
+func (c *Client) awaitLocked(ctx context.Context, req abandoned, interrupt func() error, grace time.Duration) (*reply, error) {
+	id := req.id
 	expired := ctx.Done()
 	var graceOver <-chan time.Time // set once the code has been interrupted
 	var timedOut error
@@ -326,6 +343,15 @@ func (c *Client) awaitLocked(ctx context.Context, id uint64, interrupt func() er
 			if !ok {
 				return nil, c.breakLocked(c.readErr)
 			}
+			// The line is either the oldest abandoned request's reply or this one's: refuse
+			// it before decoding when it is longer than either could legitimately be.
+			limit, op := req.limit, req.op
+			if len(c.abandoned) > 0 && c.abandoned[0].limit > limit {
+				limit, op = c.abandoned[0].limit, c.abandoned[0].op
+			}
+			if len(line) > limit {
+				return nil, c.brokenfLocked("reply line of %d bytes, over the limit of %d for a reply to %s", len(line), limit, op)
+			}
 			rep, err := decodeReply(line)
 			if err != nil {
 				return nil, c.breakLocked(err)
@@ -333,7 +359,7 @@ func (c *Client) awaitLocked(ctx context.Context, id uint64, interrupt func() er
 			switch {
 			case rep.Op != "":
 				return nil, c.brokenfLocked("unexpected %q line", rep.Op)
-			case len(c.abandoned) > 0 && *rep.ID == c.abandoned[0]:
+			case len(c.abandoned) > 0 && *rep.ID == c.abandoned[0].id:
 				c.log.Debug("skipping late agent reply", "id", *rep.ID)
 				c.abandoned = c.abandoned[1:]
 				continue
@@ -358,9 +384,9 @@ func (c *Client) awaitLocked(ctx context.Context, id uint64, interrupt func() er
 					continue
 				}
 			}
-			return nil, c.abandonLocked(id, timedOut)
+			return nil, c.abandonLocked(req, timedOut)
 		case <-graceOver:
-			return nil, c.abandonLocked(id, timedOut)
+			return nil, c.abandonLocked(req, timedOut)
 		case <-c.quit:
 			return nil, ErrClosed
 		}
@@ -368,11 +394,11 @@ func (c *Client) awaitLocked(ctx context.Context, id uint64, interrupt func() er
 }
 
 // abandonLocked gives up waiting for request id; its reply will be skipped when it comes.
-func (c *Client) abandonLocked(id uint64, timedOut error) error {
+func (c *Client) abandonLocked(req abandoned, timedOut error) error {
 	if len(c.abandoned) >= maxAbandoned {
 		return c.breakLocked(fmt.Errorf("%w: %d requests unanswered", timedOut, len(c.abandoned)+1))
 	}
-	c.abandoned = append(c.abandoned, id)
+	c.abandoned = append(c.abandoned, req)
 	return timedOut
 }
 
@@ -414,7 +440,17 @@ func (c *Client) breakLocked(err error) error {
 	if c.err == nil {
 		c.err = err
 		c.log.Debug("agent client broken", "err", err)
+		if c.onBreak != nil {
+			c.onBreak(err)
+		}
 	}
+	return c.err
+}
+
+// Err is the error that broke the client, or nil while it is usable.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.err
 }
 
@@ -460,7 +496,7 @@ func (c *Client) ListFiles(ctx context.Context) ([]FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return rep.Files, nil
+	return rep.files, nil
 }
 
 func (c *Client) brokenf(format string, args ...any) error {

@@ -152,20 +152,35 @@ func TestExecRejectsBadLimit(t *testing.T) {
 	}
 }
 
+// fuzzOps are the requests FuzzDecodeReply checks replies against.
+var fuzzOps = []*request{
+	{Op: "ping"}, {Op: "exec", OutputLimit: DefaultOutputLimit}, {Op: "inspect"},
+	{Op: "warm", Modules: []string{"numpy", "json"}}, {Op: "pickle_state"}, {Op: "restore_state"},
+	{Op: "list_files"}, {Op: "read_file"}, {Op: "write_file"},
+}
+
 func FuzzDecodeReply(f *testing.F) {
-	for _, s := range []string{
+	for i, s := range []string{
 		helloLine,
 		`{"id":1,"ok":true,"pong":true}`,
 		`{"id":2,"ok":true,"stdout":"a","stderr":"","truncated":false,"result":{"a":[1,2.5e300]},"display":[{"mime_type":"image/png","data":"iVBORw=="}],"error":null}`,
 		`{"id":3,"ok":true,"stdout":"","stderr":"","result":null,"display":[],"error":{"type":"SyntaxError","message":"m","traceback":"t","line":2,"column":5}}`,
 		`{"id":4,"ok":false,"error":{"type":"ProtocolError","message":"unknown op"}}`,
 		`{"id":5,"ok":true,"variables":[{"name":"x","type":"list","kind":"value","size_bytes":72,"length":3,"repr":"[1, 2, 3]"}]}`,
+		`{"id":6,"ok":true,"imported":["numpy"]}`,
+		`{"id":7,"ok":true,"saved":["a","b"],"failed":["f"]}`,
+		`{"id":8,"ok":true,"restored":["a"],"failed":[]}`,
+		`{"id":9,"ok":true,"files":[{"path":"a/b","size":3,"symlink":false}]}`,
 		`{"id":1e400}`, `{"id":-1,"ok":true}`, `{"display":[{"mime_type":"text/html"}]}`, `[]`, `null`, `"x"`, `{"op":"hello"}`,
 	} {
-		f.Add([]byte(s))
+		f.Add(uint8(i), []byte(s))
 	}
-	f.Fuzz(func(t *testing.T, line []byte) {
+	f.Fuzz(func(t *testing.T, op uint8, line []byte) {
+		req := fuzzOps[int(op)%len(fuzzOps)]
 		r, err := decodeReply(line)
+		if err == nil && r.Op == "" && *r.OK {
+			err = r.validate(req)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrProtocol) {
 				t.Fatalf("error %v is not ErrProtocol", err)
@@ -173,17 +188,30 @@ func FuzzDecodeReply(f *testing.F) {
 			return
 		}
 		if r.Op == "hello" {
-			if r.Python == "" || r.PID <= 0 {
-				t.Fatalf("accepted a hello without python or pid: %q", line)
+			if r.Python == "" || r.PID <= 0 || len(r.modules) > maxHelloModules {
+				t.Fatalf("accepted a bad hello: %q", line)
 			}
 			return
 		}
 		if r.ID == nil || r.OK == nil || (!*r.OK && r.Error == nil) || (r.Error != nil && r.Error.Type == "") {
 			t.Fatalf("accepted an incomplete reply: %q", line)
 		}
-		for _, d := range r.Display {
+		if r.Error != nil && (len(r.Error.Type) > maxNameBytes || len(r.Error.Message) > maxErrorTextBytes) {
+			t.Fatalf("accepted an oversized error: %q", line)
+		}
+		for _, d := range r.display {
 			if !strings.Contains(d.MimeType, "/") {
 				t.Fatalf("accepted mime type %q", d.MimeType)
+			}
+		}
+		if len(r.display) > maxDisplayItems || len(r.variables) > maxInspectVariables || len(r.files) > maxListFiles ||
+			len(r.saved) > maxStateNames || len(r.restored) > maxStateNames || len(r.failed) > maxStateNames ||
+			len(r.imported) > len(req.Modules) {
+			t.Fatalf("accepted a list over its cap for %s: %q", req.Op, line)
+		}
+		for _, v := range r.variables {
+			if checkVariable(&v) != nil {
+				t.Fatalf("accepted variable %+v", v)
 			}
 		}
 	})

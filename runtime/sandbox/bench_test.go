@@ -64,3 +64,30 @@ func pct(d []time.Duration, p int) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[(len(s)-1)*p/100]
 }
+
+// BenchmarkWarmExec measures one Exec of print(1) in a running sandbox (what a pooled or
+// session run costs after acquiring it: the round trip and the host's accounting of the
+// result), with bare `python3 -c 'print(1)'` from the same run as the baseline.
+func BenchmarkWarmExec(b *testing.B) {
+	bare := median(20, func() {
+		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	sb := start(b, sandbox.Config{Limits: defaultLimits})
+	ctx := context.Background()
+	var lat []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		r, err := sb.Exec(ctx, "print(1)", sandbox.ExecOptions{Timeout: 10 * time.Second})
+		if err != nil || r.Stdout != "1\n" {
+			b.Fatalf("exec: %v %+v", err, r)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	p50 := pct(lat, 50)
+	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(p50)/float64(bare), "ratio")
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mcp-forge/forge/runtime/kernel"
 )
 
@@ -21,6 +23,28 @@ type ExecOptions struct {
 	KeepAlive bool
 	Grace     time.Duration
 }
+
+// The error types of results that the host writes (ExecutionResult.error.type): one per way a
+// run can end other than the code's own exception. docs/sandbox.md lists them.
+const (
+	// ErrTypeTimeout: the wall-clock limit was hit (timed_out).
+	ErrTypeTimeout = "TimeoutError"
+	// ErrTypeOutOfMemory: the kernel's OOM killer killed the agent (oom_killed).
+	ErrTypeOutOfMemory = "OutOfMemoryError"
+	// ErrTypeProcessLimit: the run failed and the cgroup refused a fork or thread at pids.max.
+	ErrTypeProcessLimit = "ProcessLimitError"
+	// ErrTypeSignal: the agent was killed by a signal that forge did not send.
+	ErrTypeSignal = "KilledBySignal"
+	// ErrTypeExited: the agent exited on its own (os._exit, a crash) mid-run.
+	ErrTypeExited = "SandboxExited"
+	// ErrTypeProtocol: the agent's reply broke the protocol (forged or oversized); forge
+	// killed the sandbox.
+	ErrTypeProtocol = "AgentProtocolError"
+)
+
+// exitGrace is how long Exec waits, after the agent's reply stream ended, for the sandbox's
+// init to exit with the agent's status before it kills it (which would hide that status).
+const exitGrace = 2 * time.Second
 
 // Exec runs code in the sandbox and returns a complete result: timeouts,
 // OOM kills and a dead agent are results, not errors. An error means the
@@ -39,68 +63,113 @@ func (s *Sandbox) Exec(ctx context.Context, code string, opts ExecOptions) (*ker
 	}
 	ectx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	res, err := s.client.Exec(ectx, req)
+	// Decided before cancel, which would make ectx.Err() non-nil whatever happened: only
+	// the client's own timeout, with the caller's context still live, is the time limit.
+	timedOut := errors.Is(err, kernel.ErrTimeout) && ctx.Err() == nil
 	cancel()
 	elapsed := time.Since(start)
-	timedOut := err != nil && ectx.Err() != nil && ctx.Err() == nil
+	var broke error
 	switch {
 	case err == nil:
 	case timedOut && res != nil:
 		// Interrupted in time: the namespace survives.
 		res.TimedOut, err = true, nil
 	case timedOut:
-		s.Kill()
+		s.killFor(fmt.Sprintf("the code exceeded its time limit of %s", opts.Timeout))
 		res, err = &kernel.Result{TimedOut: true}, nil
 	case ctx.Err() != nil:
 		s.Kill()
 		return nil, fmt.Errorf("sandbox %s: %w", s.id, ctx.Err())
+	case errors.Is(err, kernel.ErrAgentExited):
+		// The agent died (OOM, os._exit, a signal): let init exit with its status.
+		s.awaitExit(exitGrace)
+	case errors.Is(err, kernel.ErrProtocol):
+		// It spoke garbage; the client's OnBreak has killed the sandbox already.
+		broke = err
 	}
 	if err != nil {
-		// The agent died (OOM, os._exit, killed) or spoke garbage.
-		if !errors.Is(err, kernel.ErrAgentExited) {
-			s.rt.log.Warn("sandbox agent protocol error; killing it", "sandbox", s.id, "err", err)
-		}
-		s.Kill()
+		s.killFor("the agent stopped answering: " + err.Error())
 		res = &kernel.Result{}
 	}
-	s.finish(res, elapsed, opts)
+	s.finish(res, elapsed, opts, broke)
 	return res, nil
 }
 
+// awaitExit waits up to d for the sandbox's init to be reaped.
+func (s *Sandbox) awaitExit(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.exited:
+	case <-t.C:
+	}
+}
+
 // finish fills in what only the host knows: timing, memory, OOM and exit
-// status, and the error text of results the agent could not write itself.
-func (s *Sandbox) finish(res *kernel.Result, elapsed time.Duration, opts ExecOptions) {
+// status, and the error of results the agent could not write itself. The
+// cgroup's OOM and pids counters are compared with what the last run left, so
+// a session's earlier events do not colour later runs.
+func (s *Sandbox) finish(res *kernel.Result, elapsed time.Duration, opts ExecOptions, broke error) {
 	res.ExecutionTimeMS = float64(elapsed.Microseconds()) / 1000
 	if u, err := s.Usage(); err == nil {
 		res.MemoryPeakBytes = u.MemoryPeakBytes
-		res.OOMKilled = u.OOMKills > 0
+		res.OOMKilled = u.OOMKills > s.seen.oomKills
+		s.seen.oomKills = u.OOMKills
+	}
+	pidsHit := false
+	if n, err := s.PidsLimitHits(); err == nil {
+		pidsHit = n > s.seen.pidsHits
+		s.seen.pidsHits = n
 	}
 	code, exited := s.ExitStatus()
 	switch {
 	case res.TimedOut && exited:
 		res.ExitCode = code
-		res.Error = &kernel.ExecError{Type: "TimeoutError",
-			Message: fmt.Sprintf("execution exceeded the time limit of %s and was killed", opts.Timeout)}
+		res.Error = &kernel.ExecError{Type: ErrTypeTimeout,
+			Message: fmt.Sprintf("execution exceeded the time limit of %s and was killed; make the code faster or pass a larger timeout (up to the maximum)", opts.Timeout)}
 	case res.TimedOut:
 		res.ExitCode = 1
 		if res.Error == nil || res.Error.Type == "KeyboardInterrupt" {
-			res.Error = &kernel.ExecError{Type: "TimeoutError",
+			res.Error = &kernel.ExecError{Type: ErrTypeTimeout,
 				Message:   fmt.Sprintf("execution exceeded the time limit of %s and was interrupted; the session's namespace is kept", opts.Timeout),
 				Traceback: tracebackOf(res.Error)}
 		}
-	case res.OOMKilled:
+	case broke != nil:
 		res.ExitCode = code
-		res.Error = &kernel.ExecError{Type: "MemoryError",
-			Message: "the sandbox ran out of memory and was killed by the kernel (OOM); raise the memory limit or use less"}
+		res.Error = &kernel.ExecError{Type: ErrTypeProtocol,
+			Message: "the sandbox's agent sent a reply that breaks forge's protocol (" + broke.Error() +
+				"), so forge killed the sandbox; code that writes to the agent's reply channel or replaces its handlers ends the sandbox. Run again: a session starts fresh"}
+	case res.OOMKilled && exited:
+		res.ExitCode = code
+		res.Error = &kernel.ExecError{Type: ErrTypeOutOfMemory,
+			Message: "the sandbox ran out of memory and the kernel killed it (OOM); use less memory or pass a larger memory limit (up to the maximum)"}
+	case pidsHit && (exited || res.Error != nil):
+		res.ExitCode = max(code, 1)
+		msg := fmt.Sprintf("the code hit the sandbox's process limit (%d processes and threads): starting a process or thread failed; start fewer of them (a pool of workers rather than one per item)", s.pidsLimit())
+		tb := tracebackOf(res.Error)
+		if res.Error != nil {
+			tb += "\n"
+		}
+		res.Error = &kernel.ExecError{Type: ErrTypeProcessLimit, Message: msg, Traceback: tb + ErrTypeProcessLimit + ": " + msg}
+	case exited && code > 128 && code <= 128+64:
+		res.ExitCode = code
+		sig := unix.Signal(code - 128)
+		res.Error = &kernel.ExecError{Type: ErrTypeSignal,
+			Message: fmt.Sprintf("the Python process was killed by signal %d (%s), sent by the code itself or from outside the sandbox; no limit of forge's was hit. Its state is gone: a session starts fresh", int(sig), unix.SignalName(sig))}
 	case exited:
 		res.ExitCode = code
-		if res.Error == nil {
-			res.Error = &kernel.ExecError{Type: "SandboxExited",
-				Message: fmt.Sprintf("the Python process exited with status %d before the code finished", code)}
-		}
+		res.Error = &kernel.ExecError{Type: ErrTypeExited,
+			Message: fmt.Sprintf("the Python process exited with status %d before the code finished (os._exit, or a crash of the interpreter or an extension); its state is gone: a session starts fresh", code)}
 	case res.Error != nil:
 		res.ExitCode = 1
 	}
 	res.Success = res.Error == nil
+}
+
+func (s *Sandbox) pidsLimit() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limits.Pids
 }
 
 func tracebackOf(e *kernel.ExecError) string {

@@ -252,7 +252,7 @@ type Config struct {
 
 func (c *Config) setDefaults(blockSize uint32) error {
 	if c.TmpSize == 0 {
-		c.TmpSize = 64 << 20
+		c.TmpSize = DefaultTmpSize
 	}
 	if c.WorkspaceSize == 0 {
 		c.WorkspaceSize = 64 << 20
@@ -325,6 +325,11 @@ type Sandbox struct {
 	lease     *idmap.Lease // the host ids container ids map onto
 	cgroup    string       // path of the sandbox's cgroup, as /proc/PID/cgroup shows it
 
+	// killReason is why forge killed the sandbox (the first reason), nil while it has not.
+	killReason atomic.Pointer[string]
+	// seen are the cgroup's event counters after the last run (Exec's goroutine only).
+	seen struct{ oomKills, pidsHits uint64 }
+
 	mu        sync.Mutex
 	limits    cgroups.Limits // in force
 	destroyed bool
@@ -376,6 +381,9 @@ func (r *Runtime) ensureAgentDir() error {
 	r.pycMu.Unlock()
 	return nil
 }
+
+// DefaultTmpSize is the size of /tmp when Config.TmpSize is 0.
+const DefaultTmpSize = 64 << 20
 
 // errAgentStart marks a sandbox whose container ran but whose agent never said hello.
 var errAgentStart = errors.New("agent did not start")
@@ -464,7 +472,7 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
 	}
 	s.proc = p
-	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id)})
+	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id), OnBreak: s.onClientBreak})
 	go s.wait() // after the client exists: wait closes it
 	st, err := c.State()
 	if err == nil {
@@ -712,6 +720,62 @@ func (s *Sandbox) Kill() {
 	case <-time.After(5 * time.Second):
 		s.rt.log.Warn("sandbox init not reaped 5s after SIGKILL", "sandbox", s.id)
 	}
+}
+
+// onClientBreak kills the sandbox when its agent broke the protocol (a forged or oversized
+// reply) or a request could not be written: nothing can use it any more. An agent that
+// exited is left to finish dying, so its exit status is its own.
+func (s *Sandbox) onClientBreak(err error) {
+	if errors.Is(err, kernel.ErrAgentExited) {
+		return
+	}
+	why := "the agent stopped answering: "
+	if errors.Is(err, kernel.ErrProtocol) {
+		why = "the agent broke the protocol: "
+	}
+	s.rt.log.Warn("sandbox agent client broken; killing the sandbox", "sandbox", s.id, "err", err)
+	s.killFor(why + err.Error())
+}
+
+// killFor kills a live sandbox and remembers why (DeathReason).
+func (s *Sandbox) killFor(reason string) {
+	if !s.Alive() {
+		return
+	}
+	s.killReason.CompareAndSwap(nil, &reason)
+	s.Kill()
+}
+
+// KillFor kills the sandbox, also a paused one, for a reason that DeathReason reports
+// afterwards: the host found it broke a rule (a forged file, a reply it cannot trust).
+func (s *Sandbox) KillFor(reason string) {
+	_ = s.Resume() // a frozen process dies only once thawed
+	s.killFor(reason)
+}
+
+// DeathReason says why the sandbox is no longer running, for a session's lost_reason: what
+// forge killed it for, else how the agent ended. It is "" while the agent runs.
+func (s *Sandbox) DeathReason() string {
+	if r := s.killReason.Load(); r != nil {
+		return *r
+	}
+	code, exited := s.ExitStatus()
+	if !exited {
+		return ""
+	}
+	if u, err := s.Usage(); err == nil && u.OOMKills > 0 {
+		return "it ran out of memory (OOM kill)"
+	}
+	if code > 128 && code <= 128+64 {
+		sig := unix.Signal(code - 128)
+		return fmt.Sprintf("the Python process was killed by signal %d (%s)", int(sig), unix.SignalName(sig))
+	}
+	return fmt.Sprintf("the Python process exited with status %d", code)
+}
+
+// PidsLimitHits is how often the sandbox's cgroup refused a process or thread at pids.max.
+func (s *Sandbox) PidsLimitHits() (uint64, error) {
+	return cgroups.ReadPidsLimitHits(s.cgm)
 }
 
 // Interrupt sends SIGINT to the agent: running code gets KeyboardInterrupt.

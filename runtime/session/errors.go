@@ -1,6 +1,9 @@
 package session
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotFound: no session with that id, live or hibernated.
@@ -14,3 +17,29 @@ var (
 	// ErrClosed: the manager is shutting down.
 	ErrClosed = errors.New("sessions are shutting down")
 )
+
+var (
+	// ErrNotRegular: a file read from a sandbox (its pickled state, a
+	// workspace file) is a FIFO, device, socket or link where a regular
+	// file belongs. Only code that subverted the agent makes one.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge: a file or tree read from a sandbox is over its cap.
+	ErrTooLarge = errors.New("over the size limit")
+)
+
+// FileError is a file of a sandbox that forge refused to copy out.
+type FileError struct {
+	Path        string // as the host opened it (through /proc/PID/root)
+	Kind        string // for ErrNotRegular: "a FIFO", "a character device", ...
+	Size, Limit int64  // for ErrTooLarge
+	Err         error  // ErrNotRegular or ErrTooLarge
+}
+
+func (e *FileError) Error() string {
+	if errors.Is(e.Err, ErrTooLarge) {
+		return fmt.Sprintf("%s is %d bytes, over the limit of %d", e.Path, e.Size, e.Limit)
+	}
+	return fmt.Sprintf("%s is %s, %v", e.Path, e.Kind, e.Err)
+}
+
+func (e *FileError) Unwrap() error { return e.Err }

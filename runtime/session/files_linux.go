@@ -1,6 +1,7 @@
 package session
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,7 +16,8 @@ import (
 // /proc/PID/root) to dst on the host. Nothing is followed: symlinks are
 // copied as links, other special files are skipped. The sandbox must be
 // paused so nothing inside can swap a path while it is read; limit caps
-// the bytes copied.
+// the bytes copied (a file that would pass it is refused before any of it
+// is copied).
 func copyOut(src, dst string, limit int64) error {
 	var total int64
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
@@ -39,6 +41,9 @@ func copyOut(src, dst string, limit int64) error {
 		case t.IsRegular():
 			n, err := copyFile(p, target, 0o600, -1, limit-total)
 			total += n
+			if errors.Is(err, ErrTooLarge) {
+				return fmt.Errorf("%w: the files add up to more than %d bytes (volumes.session_quota)", ErrTooLarge, limit)
+			}
 			return err
 		}
 		return nil
@@ -121,10 +126,56 @@ func asUser(uid int, f func() error) error {
 	return err
 }
 
-// copyFile copies one regular file without following symlinks at either
-// end; the target must not exist. limit < 0 means unlimited.
+// openRegular opens a file of the sandbox for reading: never through a
+// symlink (O_NOFOLLOW), never blocking (O_NONBLOCK: a FIFO opens at once and
+// a read of it returns nothing), and only if the opened fd is a regular file
+// of at most limit bytes (limit < 0: any size). Anything else is a
+// *FileError of ErrNotRegular or ErrTooLarge.
+func openRegular(path string, limit int64) (*os.File, int64, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, 0, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		f.Close()
+		return nil, 0, &FileError{Path: path, Kind: fileKind(st.Mode), Err: ErrNotRegular}
+	case limit >= 0 && st.Size > limit:
+		f.Close()
+		return nil, 0, &FileError{Path: path, Size: st.Size, Limit: limit, Err: ErrTooLarge}
+	}
+	return f, st.Size, nil
+}
+
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symlink"
+	}
+	return "not a regular file"
+}
+
+// copyFile copies one regular file of a sandbox (openRegular) to a new
+// file dst; limit < 0 means unlimited. It never copies more than limit
+// bytes, even of a file that grows while it is read.
 func copyFile(src, dst string, mode os.FileMode, uid int, limit int64) (int64, error) {
-	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	in, _, err := openRegular(src, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -139,13 +190,16 @@ func copyFile(src, dst string, mode os.FileMode, uid int, limit int64) (int64, e
 	}
 	n, err := io.Copy(out, r)
 	if err == nil && limit >= 0 && n > limit {
-		err = fmt.Errorf("workspace larger than its quota")
+		err = &FileError{Path: src, Size: n, Limit: limit, Err: ErrTooLarge}
 	}
 	if uid >= 0 && err == nil {
 		err = out.Chown(uid, uid)
 	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
+	}
+	if err != nil {
+		os.Remove(dst)
 	}
 	return n, err
 }

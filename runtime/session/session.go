@@ -96,8 +96,12 @@ type Options struct {
 	MaxLifetime   time.Duration
 	Persist       bool
 	Quota         int64 // bytes of /workspace saved at most
-	Start         StartFunc
-	Logger        *slog.Logger
+	// StateLimit caps the pickled variables copied out of the sandbox
+	// (execution.tmp_size: an honest pickle cannot outgrow /tmp); 0 means
+	// the sandbox's default /tmp size.
+	StateLimit int64
+	Start      StartFunc
+	Logger     *slog.Logger
 	// OnEvent is told of session creation and destruction (audit).
 	OnEvent func(event, id string)
 }
@@ -189,7 +193,7 @@ func (m *Manager) Call(ctx context.Context, id, image string, create bool, f fun
 	ferr := f(s.sb, &s.meta)
 	s.meta.LastActive = time.Now().UTC()
 	if !s.sb.Alive() {
-		s.dropSandboxLocked("the sandbox died")
+		s.dropSandboxLocked(s.sb.DeathReason())
 	} else if err := s.sb.Pause(); err != nil {
 		m.log.Warn("pausing session sandbox", "session", id, "err", err)
 	}
@@ -512,10 +516,22 @@ func (s *Session) saveStateLocked(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return err
 	}
-	if err := copyOut(root+sandbox.WorkspacePath, filepath.Join(tmp, "workspace"), s.m.opts.Quota+(1<<20)); err != nil {
+	if err := copyOut(root+sandbox.WorkspacePath, filepath.Join(tmp, "workspace"), s.m.opts.Quota); err != nil {
 		return fmt.Errorf("saving /workspace: %w", err)
 	}
-	if _, err := copyFile(root+statePath, filepath.Join(tmp, "state.pkl"), 0o600, -1, -1); err != nil {
+	limit := s.m.opts.StateLimit
+	if limit <= 0 {
+		limit = sandbox.DefaultTmpSize
+	}
+	if _, err := copyFile(root+statePath, filepath.Join(tmp, "state.pkl"), 0o600, -1, limit); err != nil {
+		var fe *FileError
+		if errors.As(err, &fe) {
+			// The agent's handler was replaced: a pickle it wrote is a regular file that
+			// fits in /tmp. Nothing it says can be trusted, so the sandbox goes.
+			fe.Path = statePath
+			sb.KillFor("hibernation found a forged state file: " + fe.Error())
+			return fmt.Errorf("saving variables: %w; the agent writes a regular file of at most execution.tmp_size, so its handler was replaced and the sandbox was killed", err)
+		}
 		return fmt.Errorf("saving variables: %w", err)
 	}
 	// Swap the new save in; a crash in between leaves either the old or
@@ -609,7 +625,11 @@ func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
 	}
 	var out Meta
 	_, err := m.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
-		if vars, err := sb.Client().Inspect(ctx); err == nil {
+		vars, err := sb.Client().Inspect(ctx)
+		if errors.Is(err, kernel.ErrProtocol) {
+			return err // the sandbox has been killed; the session is lost
+		}
+		if err == nil {
 			meta.Variables = vars
 		}
 		out = *meta
