@@ -93,7 +93,11 @@ func cmdDoctor(_ context.Context, g *globals, args []string) error {
 	if len(args) > 0 && !asJSON {
 		return usagef("doctor: takes only --json")
 	}
-	cs := hostChecks()
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return err
+	}
+	cs := append(hostChecks(), limitChecks(cfg)...)
 	missing := 0
 	for _, c := range cs {
 		if !c.Found {
