@@ -56,23 +56,22 @@ func TestInotifyBudgetProtectsHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, ok := res.Result.([]any)
-	if !ok || len(got) != 2 {
-		t.Fatalf("result %v (error %+v), want [opened, errno]", res.Result, res.Error)
+	var opened int64
+	var errno string
+	if _, err := fmt.Sscanf(fmt.Sprint(res.Result), "[%d %s", &opened, &errno); err != nil {
+		t.Fatalf("result %v (error %+v), want [opened, errno]: %v", res.Result, res.Error, err)
 	}
-	opened, _ := got[0].(float64)
-	errno, _ := got[1].(float64)
-	if int64(opened) > budget || int(errno) != int(unix.EMFILE) {
-		t.Errorf("sandbox opened %v instances and stopped with errno %v, want at most its budget %d, then EMFILE (%d)",
-			got[0], got[1], budget, unix.EMFILE)
+	if errno = strings.TrimSuffix(errno, "]"); opened > budget || errno != fmt.Sprint(int(unix.EMFILE)) {
+		t.Errorf("sandbox opened %d instances and stopped with errno %s, want at most its budget %d, then EMFILE (%d)",
+			opened, errno, budget, unix.EMFILE)
 	}
 	// The session is alive and holds its instances; root can still make one.
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
 	if err != nil {
-		t.Fatalf("host root's inotify_init1 while the session holds %v instances: %v", got[0], err)
+		t.Fatalf("host root's inotify_init1 while the session holds %d instances: %v", opened, err)
 	}
 	unix.Close(fd)
-	if r := call(t, eng, id, "len(fds)"); fmt.Sprint(r.Result) != fmt.Sprint(got[0]) {
+	if r := call(t, eng, id, "len(fds)"); fmt.Sprint(r.Result) != fmt.Sprint(opened) {
 		t.Errorf("the session lost its instances: len(fds) = %v", r.Result)
 	}
 }
