@@ -98,6 +98,9 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	budget, parent := HostLimits(cfg, opts.Logger)
 	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger,
 		Budget: budget, Parent: parent})
+	if errors.Is(err, sandbox.ErrParentLimits) {
+		return nil, fmt.Errorf("%w (limits.memory, limits.pids: 0 derives them; a set value must be at least what the sandboxes there use now)", err)
+	}
 	if err != nil {
 		return nil, err
 	}

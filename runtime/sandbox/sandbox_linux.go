@@ -146,7 +146,8 @@ func (r *Runtime) setLimits(opts Options) error {
 	}
 	pc := parentCgroup{root: opts.CgroupRoot, name: opts.CgroupParent}
 	if err := pc.apply(opts.Parent); err != nil {
-		return fmt.Errorf("limiting parent cgroup %s: %w", opts.CgroupParent, err)
+		return fmt.Errorf("%w %s to memory %s, pids %d: %w", ErrParentLimits, opts.CgroupParent,
+			cgroups.FormatMemory(opts.Parent.MemoryBytes), opts.Parent.Pids, err)
 	}
 	r.log.Info("parent cgroup limited", "cgroup", opts.CgroupParent, "v2", pc.unified(),
 		"memory", cgroups.FormatMemory(opts.Parent.MemoryBytes), "pids", opts.Parent.Pids)
