@@ -68,8 +68,7 @@ type Runtime struct {
 	pycMu      sync.Mutex      // held while an image's agent bytecode is looked up or compiled
 	pyc        map[string]bool // image id → its agent bytecode is usable
 	cgroupBase string
-	budgets    UserLimits   // each sandbox's per-user kernel limits
-	parent     ParentLimits // applied to the parent cgroup
+	budgets    UserLimits // each sandbox's per-user kernel limits
 	log        *slog.Logger
 }
 
@@ -98,7 +97,6 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 	r := &Runtime{
 		root:       filepath.Join(opts.StateDir, "containers"),
 		cgroupBase: "/" + opts.CgroupParent,
-		parent:     opts.Parent,
 		log:        opts.Logger,
 		live:       make(map[string]*Sandbox),
 		pyc:        make(map[string]bool),
@@ -156,9 +154,6 @@ func (r *Runtime) setLimits(opts Options) error {
 
 // Budgets are each sandbox's per-user kernel limits (user.* sysctls).
 func (r *Runtime) Budgets() UserLimits { return maps.Clone(r.budgets) }
-
-// Parent is what NewRuntime applied to the parent cgroup.
-func (r *Runtime) Parent() ParentLimits { return r.parent }
 
 // writeAgent writes the embedded agent (and the static pid-1 reaper, when
 // forge was built with it) to StateDir/agent/<hash>/, world-readable and
