@@ -88,6 +88,10 @@ func readInt(path string) (int64, error) {
 // no number of sandboxes (the engine always names one).
 const DefaultBudgetSandboxes = 32
 
+// DefaultBudget is the budget of a runtime whose Options leave it zero
+// (forge gc, tests): a quarter of each limit kept for the host.
+var DefaultBudget = Budget{Sandboxes: DefaultBudgetSandboxes, Reserve: 0.25}
+
 // Budget says how a sandbox's share of the host's per-user kernel limits is sized.
 type Budget struct {
 	// Sandboxes is the most sandboxes alive at once (sessions, warm pools

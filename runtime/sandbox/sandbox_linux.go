@@ -41,7 +41,8 @@ type Options struct {
 	// CgroupParent is the cgroup under which every sandbox's cgroup is made.
 	CgroupParent string
 	// Budget sizes each sandbox's share of the host's per-user kernel
-	// limits (inotify, fanotify, namespaces), read below ProcRoot.
+	// limits (inotify, fanotify, namespaces), read below ProcRoot; zero
+	// means DefaultBudget.
 	Budget Budget
 	// Parent caps the parent cgroup: every sandbox together. Zero fields
 	// leave it as it is (forge gc, for one).
@@ -128,6 +129,9 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 
 // setLimits sizes the sandboxes' kernel budgets and caps the parent cgroup.
 func (r *Runtime) setLimits(opts Options) error {
+	if opts.Budget == (Budget{}) {
+		opts.Budget = DefaultBudget
+	}
 	if err := opts.Budget.Validate(); err != nil {
 		return err
 	}
