@@ -13,7 +13,8 @@ package profiles
 type Config struct {
 	StateDir           string                   `yaml:"state_dir" doc:"Directory for images, sandboxes, sessions and the audit log. Empty means /var/lib/forge when running as root, else $XDG_STATE_HOME/forge (~/.local/state/forge); Load fills it in."`
 	Server             ServerConfig             `yaml:"server" doc:"How forge talks to MCP clients."`
-	Execution          ExecutionConfig          `yaml:"execution" doc:"Limits of one execution. Requests may ask for less than the maxima, never more."`
+	Execution          ExecutionConfig          `yaml:"execution" doc:"Limits of one execution (requests may ask for less than the maxima, never more), and how many run at once."`
+	Limits             LimitsConfig             `yaml:"limits" doc:"Limits of forge as a whole: what all its sandboxes together may take from the host."`
 	Images             ImagesConfig             `yaml:"images" doc:"Which images sandboxes may run."`
 	Sessions           SessionsConfig           `yaml:"sessions" doc:"Stateful sessions: a sandbox kept alive (paused while idle) between calls."`
 	Volumes            VolumesConfig            `yaml:"volumes" doc:"The per-session /workspace volume."`
@@ -48,6 +49,16 @@ type ExecutionConfig struct {
 	OutputLimit    Size     `yaml:"output_limit" doc:"Cap on captured stdout and on stderr, each; longer output is cut and flagged truncated."`
 	TmpSize        Size     `yaml:"tmp_size" doc:"Size of the writable tmpfs at /tmp."`
 	Network        Network  `yaml:"network" doc:"Always false (or \"none\"): sandboxes get loopback only. It exists so that a config asking for a network fails loudly instead of being ignored."`
+	MaxConcurrent  int      `yaml:"max_concurrent" doc:"Most executions (stateless runs and session calls together) running at once; more wait for a free slot."`
+	QueueTimeout   Duration `yaml:"queue_timeout" doc:"How long an execution waits for a free slot (see execution.max_concurrent) before it fails with a busy error that asks the caller to retry; 0 fails at once."`
+}
+
+// LimitsConfig caps forge as a whole on its host.
+type LimitsConfig struct {
+	MaxSandboxes  int     `yaml:"max_sandboxes" doc:"Most sandboxes alive at once, among which the host's per-user kernel limits (inotify instances and watches, fanotify groups and marks, namespaces: /proc/sys/user) are divided, each sandbox getting its share as user.* sysctls. 0 derives it: sessions.max_concurrent + pool.size for images.default and images.data + execution.max_concurrent."`
+	KernelReserve float64 `yaml:"kernel_reserve" doc:"Share of each of the host's per-user kernel limits kept for the host's own use; the sandboxes share the rest. From 0 to 0.9."`
+	Memory        Size    `yaml:"memory" doc:"Memory limit of forge's parent cgroup (every sandbox together). 0 derives it: limits.max_sandboxes x execution.max_memory, at most three quarters of the host's memory. At least execution.max_memory."`
+	Pids          int     `yaml:"pids" doc:"Process limit (pids.max) of forge's parent cgroup. 0 derives it: limits.max_sandboxes x execution.max_pids. At least execution.max_pids."`
 }
 
 // ImagesConfig says which images may run.

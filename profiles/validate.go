@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/url"
 	"path"
@@ -47,6 +48,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateServer(&p)
 	c.validateExecution(&p)
+	c.validateLimits(&p)
 	c.validateImages(&p)
 	c.validateSessions(&p)
 	c.validateSecurity(&p)
@@ -97,6 +99,22 @@ func (c *Config) validateExecution(p *problems) {
 	positive(p, "execution.tmp_size", e.TmpSize)
 	if e.Network != NetworkNone {
 		p.add("execution.network", "%w: sandboxes never have a network (loopback only), so the only valid value is false; got %q", ErrSecurityInvariant, string(e.Network))
+	}
+}
+
+func (c *Config) validateLimits(p *problems) {
+	e, l := &c.Execution, &c.Limits
+	positive(p, "execution.max_concurrent", e.MaxConcurrent)
+	nonNegative(p, "execution.queue_timeout", e.QueueTimeout)
+	nonNegative(p, "limits.max_sandboxes", l.MaxSandboxes)
+	if l.KernelReserve < 0 || l.KernelReserve > 0.9 || math.IsNaN(l.KernelReserve) {
+		p.add("limits.kernel_reserve", "must be from 0 to 0.9, got %v", l.KernelReserve)
+	}
+	if l.Memory != 0 {
+		atLeast(p, "limits.memory", l.Memory, "execution.max_memory", e.MaxMemory)
+	}
+	if l.Pids != 0 {
+		atLeast(p, "limits.pids", l.Pids, "execution.max_pids", e.MaxPids)
 	}
 }
 

@@ -166,6 +166,8 @@ func (s *Server) executeError(err error) *mcp.CallToolResult {
 		return mcp.NewToolResultError("Request refused: " + strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
 	case errors.Is(err, engine.ErrClosed):
 		return mcp.NewToolResultError("forge is shutting down; no new executions are accepted")
+	case errors.Is(err, engine.ErrBusy):
+		return mcp.NewToolResultError("Not run: " + err.Error() + ". Your code did not start; send the same call again.")
 	case errors.Is(err, rootfs.ErrImageNotFound), errors.Is(err, rootfs.ErrBadReference):
 		return mcp.NewToolResultError("Request refused: " + err.Error() + "; forge://environments/list lists the images present")
 	case isSessionRefusal(err):

@@ -232,6 +232,8 @@ func TestEngineErrors(t *testing.T) {
 		{fmt.Errorf("%w: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)", engine.ErrInvalidRequest), "Request refused: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)"},
 		{errors.New("libcontainer exploded"), "not of your code): libcontainer exploded"},
 		{engine.ErrClosed, "shutting down"},
+		{fmt.Errorf("%w: 1 executions are running (execution.max_concurrent) and none finished within 1s (execution.queue_timeout); retry later", engine.ErrBusy),
+			"Not run: forge is busy: 1 executions are running (execution.max_concurrent) and none finished within 1s (execution.queue_timeout); retry later. Your code did not start; send the same call again."},
 		{fmt.Errorf("%w: \"forge/nope:1\"", rootfs.ErrImageNotFound), "Request refused: image not found"},
 	} {
 		stub.err = tc.err

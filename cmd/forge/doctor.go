@@ -115,7 +115,7 @@ func cmdDoctor(_ context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	cs := append(hostChecks(), idRangeCheck(cfg, "/etc"))
+	cs := append(append(hostChecks(), idRangeCheck(cfg, "/etc")), limitChecks(cfg)...)
 	missing := 0
 	for _, c := range cs {
 		if !c.Found {

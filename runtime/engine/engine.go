@@ -51,6 +51,9 @@ type Engine struct {
 	max      cgroups.Limits
 	def      cgroups.Limits
 
+	slots chan struct{} // one per running execution, execution.max_concurrent in all
+	done  chan struct{} // closed by Close: queued executions give up
+
 	mu       sync.Mutex
 	closed   bool
 	pools    map[string]*pool.Pool // by image
@@ -75,7 +78,8 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	if opts.Audit == nil {
 		opts.Audit = audit.Discard()
 	}
-	e := &Engine{cfg: cfg, log: opts.Logger, audit: opts.Audit}
+	e := &Engine{cfg: cfg, log: opts.Logger, audit: opts.Audit,
+		slots: make(chan struct{}, max(cfg.Execution.MaxConcurrent, 1)), done: make(chan struct{})}
 	var err error
 	if e.def, e.max, err = limitsOf(cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
@@ -92,9 +96,14 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 			e.store.Close()
 		}
 	}()
+	budget, parent := HostLimits(cfg, opts.Logger)
 	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger,
 		IDRange:     idmap.Range{Start: cfg.Security.UIDRangeStart, Size: cfg.Security.UIDRangeSize},
-		IDBlockSize: cfg.Security.UIDMapSize})
+		IDBlockSize: cfg.Security.UIDMapSize,
+		Budget:      budget, Parent: parent})
+	if errors.Is(err, sandbox.ErrParentLimits) {
+		return nil, fmt.Errorf("%w (limits.memory, limits.pids: 0 derives them; a set value must be at least what the sandboxes there use now)", err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +144,18 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// HostLimits are the kernel budgets and the parent cgroup's limits that the
+// configuration asks for on this host (see profiles.LimitsConfig).
+func HostLimits(cfg *profiles.Config, log *slog.Logger) (sandbox.Budget, sandbox.ParentLimits) {
+	mem, err := sandbox.HostMemory("/proc")
+	if err != nil && log != nil {
+		log.Warn("the parent cgroup's memory limit is not capped by the host's memory", "err", err)
+	}
+	pm, pp := cfg.ParentLimits(mem)
+	return sandbox.Budget{Sandboxes: cfg.MaxSandboxes(), Reserve: cfg.Limits.KernelReserve},
+		sandbox.ParentLimits{MemoryBytes: pm, Pids: pp}
 }
 
 func loadSeccomp(p string) (*specs.LinuxSeccomp, error) {
@@ -255,6 +276,10 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := e.admit(ctx); err != nil {
+		return nil, err
+	}
+	defer func() { <-e.slots }()
 	e.audit.Log(audit.Event{Event: audit.EventExecutionRequest, Severity: audit.SeverityInfo, Image: plan.Image,
 		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client})
 	if req.SessionID != "" || req.NewSession {
@@ -378,10 +403,37 @@ func (e *Engine) enter() error {
 	return nil
 }
 
+// admit takes an execution slot, waiting up to execution.queue_timeout for
+// one; the fast path allocates nothing.
+func (e *Engine) admit(ctx context.Context) error {
+	select {
+	case e.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	wait := time.Duration(e.cfg.Execution.QueueTimeout)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case e.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%w: %d executions are running (execution.max_concurrent) and none finished within %s (execution.queue_timeout); retry later",
+			ErrBusy, cap(e.slots), wait)
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for a free execution slot: %w", ctx.Err())
+	case <-e.done:
+		return ErrClosed
+	}
+}
+
 // Close waits up to grace for running executions, then destroys every
 // sandbox and releases the image store.
 func (e *Engine) Close(grace time.Duration) error {
 	e.mu.Lock()
+	if !e.closed {
+		close(e.done)
+	}
 	e.closed = true
 	e.mu.Unlock()
 	// Poll with a deadline: executions end on their own or are killed

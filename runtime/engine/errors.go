@@ -8,4 +8,7 @@ var (
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrClosed: the engine is shutting down.
 	ErrClosed = errors.New("forge is shutting down")
+	// ErrBusy: every execution slot (execution.max_concurrent) stayed taken
+	// for execution.queue_timeout; the caller should retry later.
+	ErrBusy = errors.New("forge is busy")
 )

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
@@ -90,4 +91,45 @@ func BenchmarkWarmExec(b *testing.B) {
 	p50 := pct(lat, 50)
 	b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(p50)/float64(bare), "ratio")
+}
+
+// BenchmarkColdBudgets measures what the kernel budgets (a dozen user.*
+// sysctls written at each start) add to a cold start: runs alternate
+// between the shared runtime and one that found no host limits to divide
+// (its ProcRoot is empty), and the ratio of their p50s is reported.
+func BenchmarkColdBudgets(b *testing.B) {
+	with, root := setup(b)
+	without, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(), ProcRoot: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer without.Close()
+	if len(without.Budgets()) != 0 || len(with.Budgets()) == 0 {
+		b.Fatalf("budgets: %v and %v, want none and some", without.Budgets(), with.Budgets())
+	}
+	ctx := context.Background()
+	once := func(rt *sandbox.Runtime) time.Duration {
+		start := time.Now()
+		sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits, ImageID: testenv.BaseImageID()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r, err := sb.Exec(ctx, "print(1)", sandbox.ExecOptions{Timeout: 10 * time.Second}); err != nil || r.Stdout != "1\n" {
+			b.Fatalf("exec: %v %+v", err, r)
+		}
+		if err := sb.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var latWith, latWithout []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		latWithout = append(latWithout, once(without))
+		latWith = append(latWith, once(with))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(pct(latWithout, 50).Microseconds())/1000, "p50-none-ms")
+	b.ReportMetric(float64(pct(latWith, 50).Microseconds())/1000, "p50-budgets-ms")
+	b.ReportMetric(float64(pct(latWith, 50))/float64(pct(latWithout, 50)), "ratio")
 }

@@ -9,4 +9,7 @@ var (
 	ErrClosed = errors.New("sandbox destroyed")
 	// ErrSeccompUnsupported: a build without seccomp never runs sandboxes.
 	ErrSeccompUnsupported = errors.New("seccomp unsupported")
+	// ErrParentLimits: the parent cgroup's limits (Options.Parent) could
+	// not be written.
+	ErrParentLimits = errors.New("cannot limit the parent cgroup")
 )

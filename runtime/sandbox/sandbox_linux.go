@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,8 +47,22 @@ type Options struct {
 	// must be clear of /etc/subuid, /etc/subgid and host accounts.
 	IDRange     idmap.Range
 	IDBlockSize uint32
-	Logger      *slog.Logger
+	// Budget sizes each sandbox's share of the host's per-user kernel
+	// limits (inotify, fanotify, namespaces), read below ProcRoot; zero
+	// means DefaultBudget.
+	Budget Budget
+	// Parent caps the parent cgroup: every sandbox together. Zero fields
+	// leave it as it is (forge gc, for one).
+	Parent ParentLimits
+	// ProcRoot and CgroupRoot are /proc and /sys/fs/cgroup; tests point
+	// them at fakes.
+	ProcRoot, CgroupRoot string
+	Logger               *slog.Logger
 }
+
+// DefaultCgroupParent is the cgroup of every sandbox's cgroup unless
+// Options name another.
+const DefaultCgroupParent = "forge"
 
 // Runtime creates sandboxes. It is safe for concurrent use.
 type Runtime struct {
@@ -64,6 +79,7 @@ type Runtime struct {
 	unified    bool             // cgroup v2: a process's cgroup is its "0::" line
 	ids        *idmap.Allocator // one block of host ids per live sandbox
 	recovered  CleanupReport    // what NewRuntime's Cleanup removed
+	budgets    UserLimits       // each sandbox's per-user kernel limits
 	log        *slog.Logger
 }
 
@@ -82,10 +98,16 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("state dir not set: %w", ErrInvalidConfig)
 	}
 	if opts.CgroupParent == "" {
-		opts.CgroupParent = "forge"
+		opts.CgroupParent = DefaultCgroupParent
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = defaultProcRoot
+	}
+	if opts.CgroupRoot == "" {
+		opts.CgroupRoot = defaultCgroupRoot
 	}
 	r := &Runtime{
 		root:       filepath.Join(opts.StateDir, "containers"),
@@ -93,6 +115,9 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		log:        opts.Logger,
 		live:       make(map[string]*Sandbox),
 		pyc:        make(map[string]bool),
+	}
+	if err := r.setLimits(opts); err != nil {
+		return nil, err
 	}
 	// The state dir must be traversable by the sandbox's mapped root, which
 	// opens the rootfs and agent paths from inside its user namespace.
@@ -119,6 +144,38 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	return r, nil
 }
+
+// setLimits sizes the sandboxes' kernel budgets and caps the parent cgroup.
+func (r *Runtime) setLimits(opts Options) error {
+	if opts.Budget == (Budget{}) {
+		opts.Budget = DefaultBudget
+	}
+	if err := opts.Budget.Validate(); err != nil {
+		return err
+	}
+	// A kernel without ucount sysctls (before 4.9) has none to set.
+	if host, err := ReadUserLimits(opts.ProcRoot); err != nil {
+		r.log.Warn("sandboxes get no per-user kernel budgets", "err", err)
+	} else {
+		r.budgets = opts.Budget.Divide(host)
+		r.log.Info("per-sandbox kernel budgets", "sandboxes", opts.Budget.Among(), "reserve", opts.Budget.Reserve,
+			"host", host.String(), "sandbox", r.budgets.String())
+	}
+	if opts.Parent == (ParentLimits{}) {
+		return nil
+	}
+	pc := parentCgroup{root: opts.CgroupRoot, name: opts.CgroupParent}
+	if err := pc.apply(opts.Parent); err != nil {
+		return fmt.Errorf("%w %s to memory %s, pids %d: %w", ErrParentLimits, opts.CgroupParent,
+			cgroups.FormatMemory(opts.Parent.MemoryBytes), opts.Parent.Pids, err)
+	}
+	r.log.Info("parent cgroup limited", "cgroup", opts.CgroupParent, "v2", pc.unified(),
+		"memory", cgroups.FormatMemory(opts.Parent.MemoryBytes), "pids", opts.Parent.Pids)
+	return nil
+}
+
+// Budgets are each sandbox's per-user kernel limits (user.* sysctls).
+func (r *Runtime) Budgets() UserLimits { return maps.Clone(r.budgets) }
 
 // writeAgent writes the embedded agent (and the static pid-1 reaper, when
 // forge was built with it) to StateDir/agent/<hash>/, world-readable and
@@ -297,6 +354,7 @@ func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (
 		WithResources(cfg.Limits.Spec()),
 		WithSeccomp(cfg.Seccomp),
 		WithCgroupsPath(r.cgroupBase + "/" + id),
+		WithUserLimits(r.budgets),
 	}
 	if cfg.BridgeDir != "" {
 		opts = append(opts, WithReadOnlyBind(cfg.BridgeDir, BridgeMountPoint))

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -197,6 +198,24 @@ func WithSeccomp(sc *specs.LinuxSeccomp) SpecOpt {
 func WithCgroupsPath(p string) SpecOpt {
 	return func(s *specs.Spec) error {
 		s.Linux.CgroupsPath = p
+		return nil
+	}
+}
+
+// WithUserLimits sets the sandbox's per-user kernel budgets (see
+// UserLimits) as user.* sysctls of its user namespace; libcontainer writes
+// them before the code starts.
+func WithUserLimits(l UserLimits) SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Linux.Sysctl == nil {
+			s.Linux.Sysctl = make(map[string]string, len(l))
+		}
+		for k, v := range l {
+			if v < 0 || strings.ContainsAny(k, "./") {
+				return fmt.Errorf("user limit %s=%d: %w", k, v, ErrInvalidConfig)
+			}
+			s.Linux.Sysctl["user."+k] = strconv.FormatInt(v, 10)
+		}
 		return nil
 	}
 }
