@@ -17,7 +17,7 @@ import (
 
 func call(t *testing.T, eng *engine.Engine, id, code string) *kernel.Result {
 	t.Helper()
-	res, err := eng.Execute(context.Background(), engine.Request{Code: code, SessionID: id})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: code, SessionID: id})
 	if err != nil {
 		t.Fatalf("Execute(%q): %v", code, err)
 	}
@@ -36,7 +36,7 @@ func TestSessionKeepsNamespace(t *testing.T) {
 	if r := call(t, eng, "a", "f(16)"); fmt.Sprint(r.Result) != "4.0" {
 		t.Errorf("f(16) = %v (error %+v)", r.Result, r.Error)
 	}
-	list, err := eng.Sessions().List(context.Background())
+	list, err := eng.ListSessions(context.Background(), engine.LocalPrincipal)
 	if err != nil || len(list) == 0 {
 		t.Fatalf("List: %v %v", list, err)
 	}
@@ -52,7 +52,7 @@ func TestSessionKeepsNamespace(t *testing.T) {
 		t.Errorf("session b sees %v, want [false false 2]", r.Result)
 	}
 	// A generated id with backend jupyter.
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "y = 1", NewSession: true})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "y = 1", NewSession: true})
 	if err != nil || res.SessionID == nil || !strings.HasPrefix(*res.SessionID, "s-") {
 		t.Errorf("new session: %v %+v", err, res)
 	}
@@ -61,7 +61,7 @@ func TestSessionKeepsNamespace(t *testing.T) {
 func TestSessionTimeoutKeepsNamespace(t *testing.T) {
 	eng := testenv.Engine(t, false, nil)
 	call(t, eng, "t", "x = 41")
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "import time\nwhile True: time.sleep(0.01)", SessionID: "t", Timeout: time.Second})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "import time\nwhile True: time.sleep(0.01)", SessionID: "t", Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestSessionTimeoutKeepsNamespace(t *testing.T) {
 func TestSessionOOMStartsFresh(t *testing.T) {
 	eng := testenv.Engine(t, false, nil)
 	call(t, eng, "o", "x = 41")
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "b = bytearray(300 << 20)", SessionID: "o", Memory: 128 << 20})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "b = bytearray(300 << 20)", SessionID: "o", Memory: 128 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSessionLimits(t *testing.T) {
 	})
 	call(t, eng, "l1", "x = 1")
 	call(t, eng, "l2", "x = 2")
-	_, err := eng.Execute(context.Background(), engine.Request{Code: "x = 3", SessionID: "l3"})
+	_, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "x = 3", SessionID: "l3"})
 	if !errors.Is(err, session.ErrLimit) || !strings.Contains(err.Error(), "max_concurrent") {
 		t.Fatalf("third session: %v, want the max_concurrent error", err)
 	}
@@ -118,7 +118,7 @@ func TestSessionLimits(t *testing.T) {
 func TestDocumentStateAndFiles(t *testing.T) {
 	eng := testenv.Engine(t, true, func(c *profiles.Config) { c.Images.Default = testenv.DataImage })
 	ctx := context.Background()
-	if err := eng.WriteFile(ctx, "d", "data/in.csv", []byte("a,b\n1,2\n3,4\n")); err != nil {
+	if err := eng.WriteFile(ctx, engine.LocalPrincipal, "d", "data/in.csv", []byte("a,b\n1,2\n3,4\n")); err != nil {
 		t.Fatal(err)
 	}
 	r := call(t, eng, "d", `import pandas as pd, numpy as np
@@ -133,11 +133,11 @@ int(df.b.sum())`)
 	if fmt.Sprint(r.Result) != "6" {
 		t.Fatalf("pandas on the written CSV: %v error %+v", r.Result, r.Error)
 	}
-	png, err := eng.ReadFile(ctx, "d", "plot.png")
+	png, err := eng.ReadFile(ctx, engine.LocalPrincipal, "d", "plot.png")
 	if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 		t.Fatalf("reading the PNG back: %v (%d bytes)", err, len(png))
 	}
-	doc, err := eng.Sessions().Document(ctx, "d", map[string]string{"df": "the input table"}, "loaded the CSV", false)
+	doc, err := eng.DocumentState(ctx, engine.LocalPrincipal, "d", map[string]string{"df": "the input table"}, "loaded the CSV", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +168,10 @@ int(df.b.sum())`)
 	}
 	// Symlink escapes through the file tools are refused.
 	call(t, eng, "d", "import os\nos.symlink('/etc/passwd', '/workspace/esc')")
-	if _, err := eng.ReadFile(ctx, "d", "esc"); err == nil {
+	if _, err := eng.ReadFile(ctx, engine.LocalPrincipal, "d", "esc"); err == nil {
 		t.Error("reading through a symlink out of /workspace succeeded")
 	}
-	if err := eng.WriteFile(ctx, "d", "../../etc/x", []byte("x")); err == nil {
+	if err := eng.WriteFile(ctx, engine.LocalPrincipal, "d", "../../etc/x", []byte("x")); err == nil {
 		t.Error("writing ../../etc/x succeeded")
 	}
 }
@@ -181,14 +181,14 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	eng := testenv.Engine(t, false, cfg)
 	ctx := context.Background()
 	call(t, eng, "r", "x = 41\nimport threading\nlock = threading.Lock()")
-	if err := eng.WriteFile(ctx, "r", "notes/a.txt", []byte("keep me")); err != nil {
+	if err := eng.WriteFile(ctx, engine.LocalPrincipal, "r", "notes/a.txt", []byte("keep me")); err != nil {
 		t.Fatal(err)
 	}
 	if err := eng.Close(5 * time.Second); err != nil {
 		t.Fatalf("Close (hibernates): %v", err)
 	}
 	eng2 := testenv.Engine(t, false, cfg)
-	list, err := eng2.Sessions().List(ctx)
+	list, err := eng2.ListSessions(ctx, engine.LocalPrincipal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,11 +206,11 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	if !strings.Contains(strings.Join(r.Notes, " "), "lock") {
 		t.Errorf("notes should name the unpicklable variable 'lock': %q", r.Notes)
 	}
-	data, err := eng2.ReadFile(ctx, "r", "notes/a.txt")
+	data, err := eng2.ReadFile(ctx, engine.LocalPrincipal, "r", "notes/a.txt")
 	if err != nil || string(data) != "keep me" {
 		t.Errorf("file after restart: %q, %v", data, err)
 	}
-	if err := eng2.Sessions().Destroy(ctx, "r"); err != nil {
+	if err := eng2.DestroySession(ctx, engine.LocalPrincipal, "r"); err != nil {
 		t.Errorf("Destroy: %v", err)
 	}
 }
@@ -231,7 +231,7 @@ func TestHibernationFailureKeepsSession(t *testing.T) {
 	call(t, eng, "small", "y = 1")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		list, _ := eng.Sessions().List(context.Background())
+		list, _ := eng.ListSessions(context.Background(), engine.LocalPrincipal)
 		hibernated := false
 		for _, s := range list {
 			hibernated = hibernated || (s.ID == "small" && s.Status == session.Hibernated)
@@ -244,6 +244,6 @@ func TestHibernationFailureKeepsSession(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	eng.Sessions().Destroy(context.Background(), "big")
-	eng.Sessions().Destroy(context.Background(), "small")
+	eng.DestroySession(context.Background(), engine.LocalPrincipal, "big")
+	eng.DestroySession(context.Background(), engine.LocalPrincipal, "small")
 }

@@ -3,11 +3,17 @@
 // pickled, /workspace saved under the state dir) after its idle timeout or
 // at shutdown, and brought back on its next call, also by a later forge
 // process. A session belongs to one forge process at a time (a file lock).
+//
+// Every session also belongs to one owner, the principal that created it
+// (an opaque string to this package). Ids are scoped by owner: each owner has
+// its own directory, so another owner's session answers exactly like a
+// missing one, and two owners may each have a session called "analysis".
 package session
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -56,6 +62,7 @@ type Documented struct {
 // Meta is a session's metadata, saved as meta.json.
 type Meta struct {
 	ID         string      `json:"id"`
+	Owner      string      `json:"owner"`
 	Image      string      `json:"image"`
 	Created    time.Time   `json:"created"`
 	LastActive time.Time   `json:"last_active"`
@@ -100,8 +107,14 @@ type Options struct {
 	Start         StartFunc
 	Logger        *slog.Logger
 	// OnEvent is told of session creation and destruction (audit).
-	OnEvent func(event, id string)
+	OnEvent func(event, owner, id string)
+	// LegacyOwner owns the sessions that forge versions without owners left
+	// directly in Dir; NewManager moves them into its directory.
+	LegacyOwner string
 }
+
+// key names a session: ids are scoped by owner.
+type key struct{ owner, id string }
 
 // Manager owns this process's sessions.
 type Manager struct {
@@ -111,7 +124,7 @@ type Manager struct {
 	reaped sync.WaitGroup
 
 	mu       sync.Mutex
-	sessions map[string]*Session // in this process (active or being brought up)
+	sessions map[key]*Session // in this process (active or being brought up)
 	closed   bool
 }
 
@@ -138,9 +151,10 @@ func ValidID(id string) error {
 	return nil
 }
 
-// NewID makes a fresh session id.
+// NewID makes a fresh session id: 128 random bits, so that an id is never
+// guessed (ids are also scoped by owner; this is the second fence).
 func NewID() string {
-	var b [8]byte
+	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "s-" + hex.EncodeToString(b[:])
 }
@@ -151,12 +165,15 @@ func NewManager(opts Options) (*Manager, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.OnEvent == nil {
-		opts.OnEvent = func(string, string) {}
+		opts.OnEvent = func(string, string, string) {}
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sessions dir: %w", err)
 	}
-	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[string]*Session)}
+	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[key]*Session)}
+	if opts.LegacyOwner != "" {
+		m.adoptLegacy()
+	}
 	if opts.IdleTimeout > 0 {
 		m.reaped.Add(1)
 		go m.reaper()
@@ -164,17 +181,77 @@ func NewManager(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) dir(id string) string { return filepath.Join(m.opts.Dir, id) }
+// ownerDir is the directory of an owner's sessions: a hash, because an owner
+// is any string (a tenant id) and must not name a path.
+func (m *Manager) ownerDir(owner string) string {
+	h := sha256.Sum256([]byte(owner))
+	return filepath.Join(m.opts.Dir, "o-"+hex.EncodeToString(h[:16]))
+}
+
+func (m *Manager) dir(k key) string { return filepath.Join(m.ownerDir(k.owner), k.id) }
+
+func (s *Session) key() key { return key{s.meta.Owner, s.meta.ID} }
+
+func (s *Session) dir() string { return s.m.dir(s.key()) }
+
+// adoptLegacy moves sessions saved directly in Dir (by forge versions
+// without owners) into LegacyOwner's directory. One held by a running forge
+// process is left alone (it is moved at a later start).
+func (m *Manager) adoptLegacy() {
+	ents, err := os.ReadDir(m.opts.Dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		old := filepath.Join(m.opts.Dir, e.Name())
+		if !e.IsDir() || ValidID(e.Name()) != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(old, "meta.json")); err != nil {
+			continue // an owner's directory
+		}
+		if err := m.adoptOne(old, e.Name()); err != nil {
+			m.log.Warn("moving a session of an older forge to its owner", "session", e.Name(), "owner", m.opts.LegacyOwner, "err", err)
+		}
+	}
+}
+
+func (m *Manager) adoptOne(old, id string) error {
+	f, err := os.OpenFile(filepath.Join(old, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("%w: held by another forge process", ErrBusy)
+	}
+	meta, err := readMeta(old)
+	if err != nil {
+		return err
+	}
+	meta.Owner = m.opts.LegacyOwner
+	if err := writeMeta(old, meta); err != nil {
+		return err
+	}
+	k := key{m.opts.LegacyOwner, id}
+	if err := os.MkdirAll(m.ownerDir(k.owner), 0o700); err != nil {
+		return err
+	}
+	if _, err := os.Stat(m.dir(k)); err == nil {
+		return fmt.Errorf("%s exists already", m.dir(k))
+	}
+	return os.Rename(old, m.dir(k))
+}
 
 // Call runs f with the session id locked and its sandbox running: created
 // on first use (create must be true), brought back from hibernation, or
 // started fresh after it was lost (notes say so). After f the sandbox is
 // paused again, or dropped if it died.
-func (m *Manager) Call(ctx context.Context, id, image string, create bool, f func(*sandbox.Sandbox, *Meta) error) (notes []string, err error) {
+func (m *Manager) Call(ctx context.Context, owner, id, image string, create bool, f func(*sandbox.Sandbox, *Meta) error) (notes []string, err error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
-	s, err := m.get(ctx, id, image, create)
+	s, err := m.get(ctx, key{owner, id}, image, create)
 	if err != nil {
 		return nil, err
 	}
@@ -201,14 +278,17 @@ func (m *Manager) Call(ctx context.Context, id, image string, create bool, f fun
 }
 
 // get returns the session, locked, owned by this process.
-func (m *Manager) get(ctx context.Context, id, image string, create bool) (*Session, error) {
+func (m *Manager) get(ctx context.Context, k key, image string, create bool) (*Session, error) {
+	if k.owner == "" {
+		return nil, ErrNoOwner
+	}
 	for {
 		m.mu.Lock()
 		if m.closed {
 			m.mu.Unlock()
 			return nil, ErrClosed
 		}
-		s, ok := m.sessions[id]
+		s, ok := m.sessions[k]
 		m.mu.Unlock()
 		if ok {
 			s.mu.Lock()
@@ -218,7 +298,7 @@ func (m *Manager) get(ctx context.Context, id, image string, create bool) (*Sess
 			s.mu.Unlock()
 			continue
 		}
-		s, err := m.claim(ctx, id, image, create)
+		s, err := m.claim(ctx, k, image, create)
 		if err != nil || s != nil {
 			return s, err
 		}
@@ -227,8 +307,8 @@ func (m *Manager) get(ctx context.Context, id, image string, create bool) (*Sess
 
 // claim takes ownership of a session that is on disk (hibernated or lost)
 // or creates a new one. It returns nil, nil if another goroutine won.
-func (m *Manager) claim(ctx context.Context, id, image string, create bool) (*Session, error) {
-	dir := m.dir(id)
+func (m *Manager) claim(ctx context.Context, k key, image string, create bool) (*Session, error) {
+	id, dir := k.id, m.dir(k)
 	meta, err := readMeta(dir)
 	exists := err == nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -252,21 +332,22 @@ func (m *Manager) claim(ctx context.Context, id, image string, create bool) (*Se
 		}
 	} else {
 		now := time.Now().UTC()
-		meta = &Meta{ID: id, Image: image, Created: now, LastActive: now, Status: Hibernated}
+		meta = &Meta{ID: id, Owner: k.owner, Image: image, Created: now, LastActive: now, Status: Hibernated}
 	}
+	meta.ID, meta.Owner = id, k.owner // the directory says whose it is
 	s := &Session{m: m, meta: *meta, lock: lock}
 	s.mu.Lock()
 	m.mu.Lock()
-	if _, raced := m.sessions[id]; raced || m.closed {
+	if _, raced := m.sessions[k]; raced || m.closed {
 		m.mu.Unlock()
 		s.mu.Unlock()
 		lock.Close()
 		return nil, nil
 	}
-	m.sessions[id] = s
+	m.sessions[k] = s
 	m.mu.Unlock()
 	if !exists {
-		m.opts.OnEvent("session.create", id)
+		m.opts.OnEvent("session.create", k.owner, id)
 	}
 	return s, nil
 }
@@ -325,7 +406,7 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 		return notes, err
 	}
 	s.setSandbox(sb)
-	if s.meta.Status == Hibernated && m.hasSavedState(s.meta.ID) {
+	if s.meta.Status == Hibernated && s.hasSavedState() {
 		n, err := s.restoreLocked(ctx)
 		notes = append(notes, n...)
 		if err != nil {
@@ -366,16 +447,16 @@ func (s *Session) setSandbox(sb *sandbox.Sandbox) {
 // the limit slightly early or late by one in a race.
 func (s *Session) hasSandbox() bool { return s.sbSet.Load() }
 
-func (m *Manager) hasSavedState(id string) bool {
-	_, err1 := os.Stat(filepath.Join(m.dir(id), "state.pkl"))
-	_, err2 := os.Stat(filepath.Join(m.dir(id), "workspace"))
+func (s *Session) hasSavedState() bool {
+	_, err1 := os.Stat(filepath.Join(s.dir(), "state.pkl"))
+	_, err2 := os.Stat(filepath.Join(s.dir(), "workspace"))
 	return err1 == nil || err2 == nil
 }
 
 // restoreLocked copies the saved /workspace into the fresh sandbox (paused
 // while files go in) and unpickles the saved variables.
 func (s *Session) restoreLocked(ctx context.Context) ([]string, error) {
-	dir := s.m.dir(s.meta.ID)
+	dir := s.dir()
 	root := fmt.Sprintf("/proc/%d/root", s.sb.Pid())
 	if err := s.sb.Pause(); err != nil {
 		return nil, err
@@ -426,12 +507,12 @@ func (s *Session) dropSandboxLocked(reason string) {
 	}
 	s.meta.Status, s.meta.LostReason = Lost, reason
 	// What was saved before is no longer the session's state.
-	dir := s.m.dir(s.meta.ID)
+	dir := s.dir()
 	os.RemoveAll(filepath.Join(dir, "workspace"))
 	os.Remove(filepath.Join(dir, "state.pkl"))
 }
 
-func (s *Session) saveLocked() error { return writeMeta(s.m.dir(s.meta.ID), &s.meta) }
+func (s *Session) saveLocked() error { return writeMeta(s.dir(), &s.meta) }
 
 func readMeta(dir string) (*Meta, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
@@ -464,7 +545,7 @@ func (s *Session) hibernateLocked(ctx context.Context, force bool) error {
 	if s.sb == nil {
 		return nil
 	}
-	dir := s.m.dir(s.meta.ID)
+	dir := s.dir()
 	s.meta.Status = Hibernating
 	if err := s.saveLocked(); err != nil {
 		return err
@@ -533,8 +614,8 @@ func (s *Session) saveStateLocked(ctx context.Context, dir string) error {
 func (m *Manager) release(s *Session) {
 	s.gone = true
 	m.mu.Lock()
-	if m.sessions[s.meta.ID] == s {
-		delete(m.sessions, s.meta.ID)
+	if m.sessions[s.key()] == s {
+		delete(m.sessions, s.key())
 	}
 	m.mu.Unlock()
 	if s.lock != nil {
@@ -544,11 +625,11 @@ func (m *Manager) release(s *Session) {
 }
 
 // Destroy removes a session: its sandbox, saved state and metadata.
-func (m *Manager) Destroy(ctx context.Context, id string) error {
+func (m *Manager) Destroy(ctx context.Context, owner, id string) error {
 	if err := ValidID(id); err != nil {
 		return err
 	}
-	s, err := m.get(ctx, id, "", false)
+	s, err := m.get(ctx, key{owner, id}, "", false)
 	if err != nil {
 		return err
 	}
@@ -557,17 +638,17 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		_ = s.sb.Destroy()
 		s.setSandbox(nil)
 	}
-	err = os.RemoveAll(m.dir(id))
+	err = os.RemoveAll(s.dir())
 	m.release(s)
-	m.opts.OnEvent("session.destroy", id)
+	m.opts.OnEvent("session.destroy", owner, id)
 	return err
 }
 
 // Document stores descriptions of variables and a note, with an
 // introspection of every user variable.
-func (m *Manager) Document(ctx context.Context, id string, vars map[string]string, note string, clear bool) (*Documented, error) {
+func (m *Manager) Document(ctx context.Context, owner, id string, vars map[string]string, note string, clear bool) (*Documented, error) {
 	var doc *Documented
-	_, err := m.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
+	_, err := m.Call(ctx, owner, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
 		intro, err := sb.Client().Inspect(ctx)
 		if err != nil {
 			return err
@@ -593,22 +674,26 @@ func (m *Manager) Document(ctx context.Context, id string, vars map[string]strin
 
 // State returns a session's metadata with a fresh introspection when it is
 // live in this process, else what was saved.
-func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
+func (m *Manager) State(ctx context.Context, owner, id string) (*Meta, error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
+	if owner == "" {
+		return nil, ErrNoOwner
+	}
+	k := key{owner, id}
 	m.mu.Lock()
-	_, live := m.sessions[id]
+	_, live := m.sessions[k]
 	m.mu.Unlock()
 	if !live {
-		meta, err := readMeta(m.dir(id))
+		meta, err := readMeta(m.dir(k))
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
 		return meta, err
 	}
 	var out Meta
-	_, err := m.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
+	_, err := m.Call(ctx, owner, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
 		if vars, err := sb.Client().Inspect(ctx); err == nil {
 			meta.Variables = vars
 		}
@@ -618,10 +703,16 @@ func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
 	return &out, err
 }
 
-// List reports every session in the state dir: live ones of this process,
-// hibernated, lost, and those other processes own.
-func (m *Manager) List(ctx context.Context) ([]Info, error) {
-	ents, err := os.ReadDir(m.opts.Dir)
+// List reports owner's sessions in the state dir: live ones of this
+// process, hibernated, lost, and those other processes hold.
+func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
+	if owner == "" {
+		return nil, ErrNoOwner
+	}
+	ents, err := os.ReadDir(m.ownerDir(owner))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -630,15 +721,16 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 		if !e.IsDir() || ValidID(e.Name()) != nil {
 			continue
 		}
+		k := key{owner, e.Name()}
 		m.mu.Lock()
-		s, live := m.sessions[e.Name()]
+		s, live := m.sessions[k]
 		m.mu.Unlock()
 		var info Info
 		if live && s.mu.TryLock() {
 			info = s.infoLocked()
 			s.mu.Unlock()
 		} else {
-			meta, err := readMeta(m.dir(e.Name()))
+			meta, err := readMeta(m.dir(k))
 			if err != nil {
 				continue
 			}
@@ -699,9 +791,9 @@ func (m *Manager) reap() {
 				_ = s.sb.Destroy()
 				s.setSandbox(nil)
 			}
-			os.RemoveAll(m.dir(id))
+			os.RemoveAll(s.dir())
 			m.release(s)
-			m.opts.OnEvent("session.destroy", id)
+			m.opts.OnEvent("session.destroy", s.meta.Owner, id)
 			m.log.Info("session reached its maximum lifetime; destroyed", "session", id)
 		case s.sb != nil && idle > m.opts.IdleTimeout:
 			m.idleOut(s)
@@ -728,9 +820,9 @@ func (m *Manager) idleOut(s *Session) {
 	}
 	_ = s.sb.Destroy()
 	s.setSandbox(nil)
-	os.RemoveAll(m.dir(id))
+	os.RemoveAll(s.dir())
 	m.release(s)
-	m.opts.OnEvent("session.destroy", id)
+	m.opts.OnEvent("session.destroy", s.meta.Owner, id)
 	m.log.Info("idle session destroyed", "session", id)
 }
 
@@ -758,7 +850,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		} else if s.sb != nil {
 			_ = s.sb.Destroy()
 			s.setSandbox(nil)
-			os.RemoveAll(m.dir(s.meta.ID))
+			os.RemoveAll(s.dir())
 		}
 		m.release(s)
 		s.mu.Unlock()
