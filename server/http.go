@@ -201,7 +201,8 @@ func truncate(s string, n int) string {
 // the way stdio does (HandleMessage): what is not a valid JSON-RPC message
 // gets its parse or invalid-request error here (mcp-go would call a non-object
 // a parse error and pass a request without a method as a response), a tool
-// call with malformed arguments an invalid-params error. Arguments that
+// call with malformed arguments an invalid-params error, and a response
+// (forge sends clients no requests) is accepted and ignored. Arguments that
 // decode ride along in the request's context to the handler.
 func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -216,6 +217,12 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 			return
 		}
 		msg, reply := checkMessage(body)
+		if reply == nil && msg.kind == kindResponse {
+			// forge sends clients no requests (as over stdio, where they
+			// are dropped): accepted and ignored, as the transport wants.
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
 		status := http.StatusBadRequest // as mcp-go answers its own parse errors
 		if reply == nil {
 			var ctx context.Context

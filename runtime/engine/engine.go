@@ -127,8 +127,8 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 			e.audit.Log(audit.Event{Event: event, Severity: audit.SeverityInfo, SessionID: id, Principal: owner})
 		},
 		// Sessions saved before sessions had owners were made by the only
-		// client forge had: the local one.
-		LegacyOwner: LocalPrincipal.Tenant,
+		// client forge had then: the local one. They stay where they are.
+		LocalOwner: LocalPrincipal.Tenant,
 	})
 	if err != nil {
 		return nil, err

@@ -177,6 +177,12 @@ func TestAuditTrail(t *testing.T) {
 		if ev.Event == audit.EventExecutionRequest && ev.CodeSHA256 == audit.CodeHash(code) {
 			seen["hash"]++
 		}
+		switch ev.Event {
+		case audit.EventExecutionRequest, audit.EventSessionCreate, audit.EventSessionDestroy:
+			if ev.Principal != engine.LocalPrincipal.Tenant {
+				t.Errorf("%s event names principal %q, want %q", ev.Event, ev.Principal, engine.LocalPrincipal.Tenant)
+			}
+		}
 	}
 	for _, ev := range []string{audit.EventExecutionRequest, audit.EventContainerCreate, audit.EventContainerStart,
 		audit.EventContainerStop, audit.EventContainerRemove, audit.EventSessionCreate, audit.EventSessionDestroy, "hash"} {

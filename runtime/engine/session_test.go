@@ -247,3 +247,71 @@ func TestHibernationFailureKeepsSession(t *testing.T) {
 	eng.DestroySession(context.Background(), engine.LocalPrincipal, "big")
 	eng.DestroySession(context.Background(), engine.LocalPrincipal, "small")
 }
+
+// TestSessionsOfOtherPrincipals: bob sees nothing of alice's session. It is
+// not listed; every call on its id fails exactly like a call on an id that
+// does not exist (same refusal, same text); calls that create a session
+// create bob's own, and alice's namespace and files stay as they were.
+func TestSessionsOfOtherPrincipals(t *testing.T) {
+	eng := testenv.Engine(t, false, nil)
+	ctx := context.Background()
+	alice, bob := engine.Principal{Tenant: "alice"}, engine.Principal{Tenant: "bob"}
+	const id, unknown = "analysis", "never-made"
+	res, err := eng.Execute(ctx, engine.Request{Principal: alice, SessionID: id, Code: "secret = 'alice only'"})
+	if err != nil || !res.Success {
+		t.Fatalf("alice's first call: %v %+v", err, res)
+	}
+	t.Cleanup(func() {
+		eng.DestroySession(ctx, alice, id)
+		eng.DestroySession(ctx, bob, id)
+	})
+	if err := eng.WriteFile(ctx, alice, id, "notes.txt", []byte("alice's notes")); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := eng.ListSessions(ctx, bob); err != nil || len(list) != 0 {
+		t.Errorf("bob lists %+v, %v; want nothing", list, err)
+	}
+	calls := map[string]func(id string) error{
+		"state": func(id string) error { _, err := eng.SessionState(ctx, bob, id); return err },
+		"document": func(id string) error {
+			_, err := eng.DocumentState(ctx, bob, id, map[string]string{"secret": "?"}, "", false)
+			return err
+		},
+		"read":    func(id string) error { _, err := eng.ReadFile(ctx, bob, id, "notes.txt"); return err },
+		"list":    func(id string) error { _, err := eng.ListFiles(ctx, bob, id); return err },
+		"destroy": func(id string) error { return eng.DestroySession(ctx, bob, id) },
+	}
+	for name, f := range calls {
+		theirs, missing := f(id), f(unknown)
+		var refused *engine.RefusedError
+		if !errors.As(theirs, &refused) || refused.Kind != engine.RefusedNotFound {
+			t.Errorf("%s of alice's session as bob: got %v, want a not-found refusal", name, theirs)
+			continue
+		}
+		if got, want := strings.ReplaceAll(theirs.Error(), id, "ID"), strings.ReplaceAll(missing.Error(), unknown, "ID"); got != want {
+			t.Errorf("%s of alice's session as bob: got %q, want the text of an unknown id %q", name, got, want)
+		}
+	}
+	// execute with her id makes bob a session of his own, as with any
+	// unknown id: a fresh namespace.
+	res, err = eng.Execute(ctx, engine.Request{Principal: bob, SessionID: id, Code: "secret"})
+	if err != nil || res.Error == nil || res.Error.Type != "NameError" {
+		t.Errorf("bob's execute in %q: %v %+v; want a NameError in a fresh namespace", id, err, res)
+	}
+	if err := eng.WriteFile(ctx, bob, id, "notes.txt", []byte("bob was here")); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := eng.ListSessions(ctx, bob); len(list) != 1 {
+		t.Errorf("bob lists %+v; want his one session", list)
+	}
+	res, err = eng.Execute(ctx, engine.Request{Principal: alice, SessionID: id, Code: "secret"})
+	if err != nil || res.Result != "alice only" {
+		t.Errorf("alice's session after bob's calls: %v %+v; want her variable", err, res)
+	}
+	if b, err := eng.ReadFile(ctx, alice, id, "notes.txt"); err != nil || string(b) != "alice's notes" {
+		t.Errorf("alice's file after bob's calls: %q %v", b, err)
+	}
+	if _, err := eng.Execute(ctx, engine.Request{SessionID: id, Code: "secret"}); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Errorf("a request without a principal: got %v, want ErrInvalidRequest", err)
+	}
+}

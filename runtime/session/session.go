@@ -108,9 +108,11 @@ type Options struct {
 	Logger        *slog.Logger
 	// OnEvent is told of session creation and destruction (audit).
 	OnEvent func(event, owner, id string)
-	// LegacyOwner owns the sessions that forge versions without owners left
-	// directly in Dir; NewManager moves them into its directory.
-	LegacyOwner string
+	// LocalOwner keeps its sessions directly in Dir, where forge versions
+	// without owners kept every session: those belong to it. Other owners'
+	// sessions live in Dir/.principals/o-HASH (a name no session id can
+	// have).
+	LocalOwner string
 }
 
 // key names a session: ids are scoped by owner.
@@ -171,9 +173,7 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("creating sessions dir: %w", err)
 	}
 	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[key]*Session)}
-	if opts.LegacyOwner != "" {
-		m.adoptLegacy()
-	}
+
 	if opts.IdleTimeout > 0 {
 		m.reaped.Add(1)
 		go m.reaper()
@@ -181,11 +181,18 @@ func NewManager(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// ownerDir is the directory of an owner's sessions: a hash, because an owner
-// is any string (a tenant id) and must not name a path.
+// principalsDir holds the directories of owners other than LocalOwner.
+const principalsDir = ".principals"
+
+// ownerDir is the directory of an owner's sessions: Dir for LocalOwner, else
+// named by a hash, because an owner is any string (a tenant id) and must not
+// name a path.
 func (m *Manager) ownerDir(owner string) string {
+	if owner == m.opts.LocalOwner {
+		return m.opts.Dir
+	}
 	h := sha256.Sum256([]byte(owner))
-	return filepath.Join(m.opts.Dir, "o-"+hex.EncodeToString(h[:16]))
+	return filepath.Join(m.opts.Dir, principalsDir, "o-"+hex.EncodeToString(h[:16]))
 }
 
 func (m *Manager) dir(k key) string { return filepath.Join(m.ownerDir(k.owner), k.id) }
@@ -193,55 +200,6 @@ func (m *Manager) dir(k key) string { return filepath.Join(m.ownerDir(k.owner), 
 func (s *Session) key() key { return key{s.meta.Owner, s.meta.ID} }
 
 func (s *Session) dir() string { return s.m.dir(s.key()) }
-
-// adoptLegacy moves sessions saved directly in Dir (by forge versions
-// without owners) into LegacyOwner's directory. One held by a running forge
-// process is left alone (it is moved at a later start).
-func (m *Manager) adoptLegacy() {
-	ents, err := os.ReadDir(m.opts.Dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		old := filepath.Join(m.opts.Dir, e.Name())
-		if !e.IsDir() || ValidID(e.Name()) != nil {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(old, "meta.json")); err != nil {
-			continue // an owner's directory
-		}
-		if err := m.adoptOne(old, e.Name()); err != nil {
-			m.log.Warn("moving a session of an older forge to its owner", "session", e.Name(), "owner", m.opts.LegacyOwner, "err", err)
-		}
-	}
-}
-
-func (m *Manager) adoptOne(old, id string) error {
-	f, err := os.OpenFile(filepath.Join(old, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return fmt.Errorf("%w: held by another forge process", ErrBusy)
-	}
-	meta, err := readMeta(old)
-	if err != nil {
-		return err
-	}
-	meta.Owner = m.opts.LegacyOwner
-	if err := writeMeta(old, meta); err != nil {
-		return err
-	}
-	k := key{m.opts.LegacyOwner, id}
-	if err := os.MkdirAll(m.ownerDir(k.owner), 0o700); err != nil {
-		return err
-	}
-	if _, err := os.Stat(m.dir(k)); err == nil {
-		return fmt.Errorf("%s exists already", m.dir(k))
-	}
-	return os.Rename(old, m.dir(k))
-}
 
 // Call runs f with the session id locked and its sandbox running: created
 // on first use (create must be true), brought back from hibernation, or
@@ -334,7 +292,7 @@ func (m *Manager) claim(ctx context.Context, k key, image string, create bool) (
 		now := time.Now().UTC()
 		meta = &Meta{ID: id, Owner: k.owner, Image: image, Created: now, LastActive: now, Status: Hibernated}
 	}
-	meta.ID, meta.Owner = id, k.owner // the directory says whose it is
+	meta.ID, meta.Owner = id, k.owner // the directory says whose it is (older metas name none)
 	s := &Session{m: m, meta: *meta, lock: lock}
 	s.mu.Lock()
 	m.mu.Lock()

@@ -166,15 +166,14 @@ func TestOwnersAreSeparate(t *testing.T) {
 	}
 }
 
-// TestLegacySessionsAdopted: a session an older forge saved directly in the
-// sessions dir belongs to LegacyOwner afterwards, and to nobody else.
-func TestLegacySessionsAdopted(t *testing.T) {
+// TestLegacySessionsAreLocal: a session an older forge saved directly in
+// the sessions dir belongs to LocalOwner, and to nobody else.
+func TestLegacySessionsAreLocal(t *testing.T) {
 	root := t.TempDir()
 	old := filepath.Join(root, "s-old")
 	os.MkdirAll(old, 0o700)
 	writeMeta(old, &Meta{ID: "s-old", Status: Hibernated})
-	os.WriteFile(filepath.Join(old, "state.pkl"), []byte("x"), 0o600)
-	m, err := NewManager(Options{Dir: root, LegacyOwner: "local"})
+	m, err := NewManager(Options{Dir: root, LocalOwner: "local"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,14 +182,25 @@ func TestLegacySessionsAdopted(t *testing.T) {
 		t.Errorf("local lists %+v; want s-old", l)
 	}
 	meta, err := m.State(context.Background(), "local", "s-old")
-	if err != nil || meta.Owner != "local" {
-		t.Errorf("state of the adopted session: %+v, %v; want owner local", meta, err)
+	if err != nil || meta.ID != "s-old" {
+		t.Errorf("state of the old session: %+v, %v", meta, err)
 	}
-	if b, err := os.ReadFile(filepath.Join(m.dir(key{"local", "s-old"}), "state.pkl")); err != nil || string(b) != "x" {
-		t.Errorf("saved state not moved along: %q %v", b, err)
-	}
-	if l, _ := m.List(context.Background(), "listener:127.0.0.1:8080"); len(l) != 0 {
+	other := "listener:127.0.0.1:8080"
+	if l, _ := m.List(context.Background(), other); len(l) != 0 {
 		t.Errorf("another principal lists %+v; want nothing", l)
+	}
+	if _, err := m.State(context.Background(), other, "s-old"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("another principal reads the old session: %v; want ErrNotFound", err)
+	}
+	// Another principal's directory is never listed as a local session.
+	dir := m.dir(key{other, "theirs"})
+	os.MkdirAll(dir, 0o700)
+	writeMeta(dir, &Meta{ID: "theirs", Owner: other, Status: Hibernated})
+	if l, _ := m.List(context.Background(), "local"); len(l) != 1 {
+		t.Errorf("local lists %+v; want only s-old", l)
+	}
+	if l, _ := m.List(context.Background(), other); len(l) != 1 || l[0].ID != "theirs" {
+		t.Errorf("%s lists %+v; want theirs", other, l)
 	}
 }
 
