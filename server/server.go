@@ -141,7 +141,12 @@ func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessa
 	if reply != nil || msg.kind == kindResponse {
 		return reply
 	}
-	ctx, reply = precheck(ctx, msg)
+	return s.handle(ctx, msg, raw)
+}
+
+// handle answers a message checkMessage passed.
+func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRPCMessage {
+	ctx, reply := precheck(ctx, msg)
 	if reply != nil {
 		return reply
 	}

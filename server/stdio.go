@@ -99,13 +99,13 @@ func (s *Server) dispatch(ctx context.Context, line []byte, w *lineWriter, wg *s
 	case msg.kind == kindResponse:
 		return // to a request forge never sends
 	case msg.kind == kindNotification:
-		s.HandleMessage(ctx, line)
+		s.handle(ctx, msg, line)
 		return
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if resp := s.HandleMessage(ctx, line); resp != nil {
+		if resp := s.handle(ctx, msg, line); resp != nil {
 			w.write(resp)
 		}
 	}()

@@ -53,6 +53,8 @@ func TestValidate(t *testing.T) {
 				t.Errorf("got %v, want an error naming %q", err, tc.want)
 			case tc.want != "" && !errors.Is(err, engine.ErrInvalidRequest):
 				t.Errorf("got %v, want errors.Is ErrInvalidRequest", err)
+			case tc.want != "" && !errors.As(err, new(*engine.RefusedError)):
+				t.Errorf("got %#v, want an *engine.RefusedError", err)
 			}
 		})
 	}
