@@ -136,10 +136,9 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
 	res, err := s.eng.Execute(ectx, engine.Request{
-		Principal: s.principal(ctx),
-		Code:      args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
-		Client: clientName(ctx), SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter,
-		MCPTools: args.MCPTools,
+		Principal: s.principal(ctx), Client: clientName(ctx),
+		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
+		SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter, MCPTools: args.MCPTools,
 	})
 	if err != nil {
 		return s.executeError(err), nil

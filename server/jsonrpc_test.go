@@ -181,3 +181,39 @@ func TestArgumentsDecodedOnce(t *testing.T) {
 		t.Errorf("argsOf without precheck: got %+v, %v; want the raw arguments decoded", got, err)
 	}
 }
+
+// FuzzCheckMessage: any bytes get either a parse or invalid-request error,
+// or pass as a request, notification or response whose fields make sense.
+func FuzzCheckMessage(f *testing.F) {
+	for _, tc := range rpcCases {
+		if len(tc.line) < 1000 {
+			f.Add([]byte(tc.line))
+		}
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		msg, reply := checkMessage(raw)
+		if reply != nil {
+			e, ok := reply.(mcp.JSONRPCError)
+			if !ok || (e.Error.Code != mcp.PARSE_ERROR && e.Error.Code != mcp.INVALID_REQUEST) {
+				t.Fatalf("checkMessage(%q) = %#v, want a parse or invalid-request error", raw, reply)
+			}
+			if _, err := json.Marshal(reply); err != nil {
+				t.Fatalf("reply to %q does not marshal: %v", raw, err)
+			}
+			return
+		}
+		if !json.Valid(raw) {
+			t.Fatalf("checkMessage passed invalid JSON %q", raw)
+		}
+		switch msg.kind {
+		case kindRequest:
+			if msg.method == "" || msg.id == nil {
+				t.Fatalf("request %q with method %q id %v", raw, msg.method, msg.id)
+			}
+		case kindNotification:
+			if msg.method == "" || msg.id != nil {
+				t.Fatalf("notification %q with method %q id %v", raw, msg.method, msg.id)
+			}
+		}
+	})
+}
