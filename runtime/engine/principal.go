@@ -14,7 +14,9 @@ import (
 // listener (then: the token's tenant).
 type Principal struct {
 	// Tenant identifies the principal; objects are keyed by it. Opaque to
-	// the engine: any printable string up to 256 bytes.
+	// the engine: any printable string up to 256 bytes. Faces give each
+	// kind its own prefix ("listener:", later "tenant:") so that no client
+	// can be named "local".
 	Tenant string
 }
 

@@ -6,8 +6,9 @@
 //
 // Every session also belongs to one owner, the principal that created it
 // (an opaque string to this package). Ids are scoped by owner: each owner has
-// its own directory, so another owner's session answers exactly like a
-// missing one, and two owners may each have a session called "analysis".
+// its own directory (LocalOwner the sessions dir itself, as before owners
+// existed), so another owner's session answers exactly like a missing one,
+// and two owners may each have a session called "analysis".
 package session
 
 import (
@@ -173,7 +174,6 @@ func NewManager(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("creating sessions dir: %w", err)
 	}
 	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[key]*Session)}
-
 	if opts.IdleTimeout > 0 {
 		m.reaped.Add(1)
 		go m.reaper()
