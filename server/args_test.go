@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"github.com/mcp-forge/forge/runtime/session"
 	"strings"
@@ -86,7 +87,11 @@ func FuzzDecodeExecuteArgs(f *testing.F) {
 		}
 		// Whatever decodes must also pass the protocol precheck.
 		msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_python","arguments":` + string(raw) + `}}`)
-		if resp := precheck(msg); resp != nil {
+		m, reply := checkMessage(msg)
+		if reply != nil {
+			t.Fatalf("checkMessage refused a tools/call with arguments that decode: %q", raw)
+		}
+		if _, resp := precheck(context.Background(), m); resp != nil {
 			t.Fatalf("precheck refused arguments that decode: %q", raw)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,18 +37,26 @@ var (
 func realEngine(t *testing.T) *engine.Engine {
 	t.Helper()
 	testutil.RequiresRoot(t)
+	// Everything that may t.Fatal runs before the Do: a Fatal inside it
+	// would end the Do with no engine and no error, and every later test
+	// would get a nil engine. Inside, realErr says "not finished" until the
+	// end, so that even a panic leaves later tests failing with a message.
 	layout := testutil.BaseImageLayout(t, "forge/python:3.11")
 	stateDir := testutil.StateDir(t)
+	mcpServer := testenv.MCPServer(t)
 	realOnce.Do(func() {
+		realErr = errors.New("the engine's setup did not finish (see the first test that failed)")
 		ctx := context.Background()
 		cfg := profiles.Default()
 		cfg.StateDir = stateDir
 		cfg.Pool.Size = 1
 		cfg.Server.ShutdownGrace = profiles.Duration(5 * time.Second)
-		cfg.MCPTools = map[string]profiles.MCPToolServer{"test": {Command: testenv.MCPServer(t)}}
-		if realEng, realErr = engine.New(ctx, engine.Options{Config: cfg}); realErr != nil {
+		cfg.MCPTools = map[string]profiles.MCPToolServer{"test": {Command: mcpServer}}
+		var eng *engine.Engine
+		if eng, realErr = engine.New(ctx, engine.Options{Config: cfg}); realErr != nil {
 			return
 		}
+		realEng = eng
 		if _, realErr = realEng.Store().Pull(ctx, "oci:"+layout); realErr != nil {
 			return
 		}

@@ -119,29 +119,26 @@ var outputSchema = json.RawMessage(`{
   "required": ["success", "stdout", "stderr", "display", "error", "exit_code", "timed_out", "oom_killed", "truncated", "execution_time_ms", "memory_peak_bytes", "session_id"]
 }`)
 
-// handleExecute runs execute_python. Arguments were checked by precheck on
+// handleExecute runs execute_python. Arguments were decoded by precheck on
 // the way in; a decode error here (an in-process caller that bypassed
 // HandleMessage) is still reported as an error, never run.
 func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	s.active.Add(1)
 	defer s.active.Done()
-	raw, err := json.Marshal(req.Params.Arguments)
-	if err != nil {
-		return nil, argError("", err.Error())
-	}
-	args, err := DecodeExecuteArgs(raw)
+	d, err := argsOf(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	args := d.execute
 	if err := unsupported(args); err != nil {
 		return mcp.NewToolResultError(err.Error()), nil
 	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
 	res, err := s.eng.Execute(ectx, engine.Request{
+		Principal: s.principal(ctx), Client: clientName(ctx),
 		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
-		Client: clientName(ctx), SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter,
-		MCPTools: args.MCPTools,
+		SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter, MCPTools: args.MCPTools,
 	})
 	if err != nil {
 		return s.executeError(err), nil
@@ -158,20 +155,22 @@ func unsupported(a ExecuteArgs) error {
 }
 
 // executeError turns an engine error into a tool error for the model: a
-// broken limit or allowlist says which and what is allowed; anything else is
-// forge's fault and says so.
+// refusal (*engine.RefusedError: a broken limit or allowlist, an unknown
+// image or session, …) says what was wrong and what is allowed; anything
+// else is forge's fault and says so.
 func (s *Server) executeError(err error) *mcp.CallToolResult {
+	var refused *engine.RefusedError
 	switch {
-	case errors.Is(err, engine.ErrInvalidRequest):
-		return mcp.NewToolResultError("Request refused: " + strings.TrimPrefix(err.Error(), engine.ErrInvalidRequest.Error()+": "))
-	case errors.Is(err, engine.ErrClosed):
-		return mcp.NewToolResultError("forge is shutting down; no new executions are accepted")
 	case errors.Is(err, engine.ErrBusy):
 		return mcp.NewToolResultError("Not run: " + err.Error() + ". Your code did not start; send the same call again.")
-	case errors.Is(err, rootfs.ErrImageNotFound), errors.Is(err, rootfs.ErrBadReference):
-		return mcp.NewToolResultError("Request refused: " + err.Error() + "; forge://environments/list lists the images present")
-	case isSessionRefusal(err):
-		return mcp.NewToolResultError("Request refused: " + err.Error())
+	case errors.As(err, &refused):
+		msg := "Request refused: " + strings.TrimPrefix(refused.Error(), engine.ErrInvalidRequest.Error()+": ")
+		if errors.Is(err, rootfs.ErrImageNotFound) || errors.Is(err, rootfs.ErrBadReference) {
+			msg += "; forge://environments/list lists the images present"
+		}
+		return mcp.NewToolResultError(msg)
+	case errors.Is(err, engine.ErrClosed):
+		return mcp.NewToolResultError("forge is shutting down; no new executions are accepted")
 	case errors.Is(err, context.Canceled):
 		return mcp.NewToolResultError("The execution was cancelled before it finished.")
 	}

@@ -19,6 +19,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/runtime/engine"
 )
 
 // EndpointPath is where the streamable HTTP transport listens.
@@ -62,8 +63,24 @@ func isLoopbackName(host string) bool {
 }
 
 // HTTPHandler is the streamable HTTP transport at EndpointPath behind the
-// DNS-rebinding guard. The returned shutdown func closes open SSE streams.
+// DNS-rebinding guard, for Options.Principal (by default the principal of a
+// listener called "http"). The returned shutdown func closes open SSE
+// streams.
 func (s *Server) HTTPHandler() (http.Handler, func(context.Context) error) {
+	return s.httpHandler(s.listenerPrincipal("http"))
+}
+
+// listenerPrincipal is who the clients of the listener at addr are, until
+// bearer tokens tell them apart: Options.Principal, else one principal per
+// listener address.
+func (s *Server) listenerPrincipal(addr string) engine.Principal {
+	if s.opts.Principal.Tenant != "" {
+		return s.opts.Principal
+	}
+	return engine.ListenerPrincipal(addr)
+}
+
+func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Context) error) {
 	opts := []mcpserver.StreamableHTTPOption{
 		mcpserver.WithEndpointPath(EndpointPath),
 		mcpserver.WithStreamableHTTPLogger(s.log),
@@ -77,15 +94,16 @@ func (s *Server) HTTPHandler() (http.Handler, func(context.Context) error) {
 	}
 	mcpHTTP := mcpserver.NewStreamableHTTPServer(s.mcp, opts...)
 	mux := http.NewServeMux()
-	mux.Handle(EndpointPath, s.precheckHTTP(mcpHTTP))
+	mux.Handle(EndpointPath, s.precheckHTTP(p, mcpHTTP))
 	return s.guard(mux), mcpHTTP.Shutdown
 }
 
 // ServeHTTP serves the HTTP transport on ln until ctx is cancelled, then
 // shuts down gracefully: open streams are closed, running executions get
 // server.shutdown_grace, and ServeHTTP returns when every request is done.
+// Every client of ln acts for one principal (see listenerPrincipal).
 func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
-	h, closeStreams := s.HTTPHandler()
+	h, closeStreams := s.httpHandler(s.listenerPrincipal(ln.Addr().String()))
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -179,10 +197,16 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// precheckHTTP answers POSTed tool calls with malformed arguments with an
-// invalid-params error, as HandleMessage does for stdio.
-func (s *Server) precheckHTTP(next http.Handler) http.Handler {
+// precheckHTTP gives every request principal p and answers POSTed messages
+// the way stdio does (HandleMessage): what is not a valid JSON-RPC message
+// gets its parse or invalid-request error here (mcp-go would call a non-object
+// a parse error and pass a request without a method as a response), a tool
+// call with malformed arguments an invalid-params error, and a response
+// (forge sends clients no requests) is accepted and ignored. Arguments that
+// decode ride along in the request's context to the handler.
+func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r = r.WithContext(withPrincipal(r.Context(), p))
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)
 			return
@@ -192,12 +216,27 @@ func (s *Server) precheckHTTP(next http.Handler) http.Handler {
 			http.Error(w, "reading request body: "+err.Error(), http.StatusRequestEntityTooLarge)
 			return
 		}
-		if resp := precheck(body); resp != nil {
+		msg, reply := checkMessage(body)
+		if reply == nil && msg.kind == kindResponse {
+			// forge sends clients no requests (as over stdio, where they
+			// are dropped): accepted and ignored, as the transport wants.
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		status := http.StatusBadRequest // as mcp-go answers its own parse errors
+		if reply == nil {
+			var ctx context.Context
+			ctx, reply = precheck(r.Context(), msg)
+			r = r.WithContext(ctx)
+			status = http.StatusOK // a response to a valid request
+		}
+		if reply != nil {
 			w.Header().Set("Content-Type", "application/json")
 			if sid := r.Header.Get(mcpserver.HeaderKeySessionID); sid != "" {
 				w.Header().Set(mcpserver.HeaderKeySessionID, sid)
 			}
-			_ = json.NewEncoder(w).Encode(resp)
+			w.WriteHeader(status)
+			_ = json.NewEncoder(w).Encode(reply)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))

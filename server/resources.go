@@ -99,9 +99,6 @@ type PoolInfo struct {
 	Pools   []pool.Stats `json:"pools"` // one per image used so far
 }
 
-// poolStater is implemented by engines with a warm pool.
-type poolStater interface{ PoolStats() []pool.Stats }
-
 // ServerInfoJS describes the MCP server itself.
 type ServerInfoJS struct {
 	Name      string `json:"name"`
@@ -135,23 +132,14 @@ func (s *Server) environmentInfo(ctx context.Context) (any, error) {
 		d := s.imageInfo(imgs, s.cfg.Images.Data)
 		info.DataImage = &d
 	}
-	info.Pool.Pools = []pool.Stats{}
-	if ps, ok := s.eng.(poolStater); ok {
-		info.Pool.Pools = append(info.Pool.Pools, ps.PoolStats()...)
-	}
+	info.Pool.Pools = append([]pool.Stats{}, s.eng.PoolStats()...)
 	if s.opts.Host != nil {
 		info.KernelFeature = s.opts.Host()
 	}
 	return info, nil
 }
 
-func (s *Server) images(ctx context.Context) ([]rootfs.Image, error) {
-	st := s.eng.Store()
-	if st == nil {
-		return nil, nil
-	}
-	return st.Images(ctx)
-}
+func (s *Server) images(ctx context.Context) ([]rootfs.Image, error) { return s.eng.Images(ctx) }
 
 // imageInfo describes the image called name among imgs.
 func (s *Server) imageInfo(imgs []rootfs.Image, name string) ImageInfo {
@@ -212,15 +200,7 @@ type ToolsAvailable struct {
 	Note  string        `json:"note"`
 }
 
-// bridger is implemented by engines with code mode.
-type bridger interface{ Bridge() *bridge.Bridge }
-
-func (s *Server) catalog() []bridge.Tool {
-	if b, ok := s.eng.(bridger); ok && b.Bridge() != nil {
-		return b.Bridge().Catalog()
-	}
-	return nil
-}
+func (s *Server) catalog() []bridge.Tool { return s.eng.ToolCatalog() }
 
 func (s *Server) codeModeStatus() string {
 	n := len(s.catalog())

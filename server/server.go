@@ -4,14 +4,19 @@
 // shutdown. It runs no syscalls itself: code runs through the engine, and
 // host facts come in through Options.
 //
-// Errors are mapped to MCP once, here: malformed tool arguments are JSON-RPC
-// invalid-params errors; everything about running the code (the code failed,
-// a limit was exceeded, a sandbox broke) is a tool result with isError.
+// Errors are mapped to MCP once, here: a message that is not JSON is a
+// JSON-RPC parse error, one that is not a request an invalid-request error,
+// malformed tool arguments are invalid-params errors; everything about
+// running the code (the code failed, a limit was exceeded, a sandbox broke)
+// is a tool result with isError.
+//
+// Every call acts for a principal (engine.Principal) that the transport
+// puts into the request's context: the local principal over stdio, one
+// principal per listener over HTTP. Sessions are the principal's own.
 package server
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"sync"
 	"time"
@@ -22,15 +27,31 @@ import (
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/pool"
+	"github.com/mcp-forge/forge/runtime/session"
 )
 
-// Engine is what the server needs of *engine.Engine.
+// Engine is everything the server needs of the engine (*engine.Engine
+// satisfies it). Errors the caller must fix are *engine.RefusedError;
+// session methods see only the principal's own sessions.
 type Engine interface {
-	Execute(ctx context.Context, req engine.Request) (*kernel.Result, error)
 	Config() *profiles.Config
-	Store() *rootfs.Store
+	Execute(ctx context.Context, req engine.Request) (*kernel.Result, error)
+
+	ListSessions(ctx context.Context, p engine.Principal) ([]session.Info, error)
+	SessionState(ctx context.Context, p engine.Principal, id string) (*session.Meta, error)
+	DocumentState(ctx context.Context, p engine.Principal, id string, vars map[string]string, note string, clear bool) (*session.Documented, error)
+	DestroySession(ctx context.Context, p engine.Principal, id string) error
+	WriteFile(ctx context.Context, p engine.Principal, id, path string, data []byte) error
+	ReadFile(ctx context.Context, p engine.Principal, id, path string) ([]byte, error)
+	ListFiles(ctx context.Context, p engine.Principal, id string) ([]kernel.FileInfo, error)
+
+	Images(ctx context.Context) ([]rootfs.Image, error)
+	PoolStats() []pool.Stats
+	ToolCatalog() []bridge.Tool
 }
 
 // Options configure a Server.
@@ -45,6 +66,10 @@ type Options struct {
 	// Host describes the host's kernel features for forge://environment/info
 	// (e.g. the checks of `forge doctor`); nil = not reported.
 	Host func() any
+	// Principal is who every client of this server acts for. Zero means:
+	// engine.LocalPrincipal over stdio and for in-process clients, and
+	// engine.ListenerPrincipal(address) over HTTP.
+	Principal engine.Principal
 }
 
 // Server is forge's MCP server. Create it with New, then serve it with
@@ -105,48 +130,31 @@ func New(eng Engine, opts Options) *Server {
 // MCPServer is the underlying mcp-go server (for in-process clients).
 func (s *Server) MCPServer() *mcpserver.MCPServer { return s.mcp }
 
-// HandleMessage answers one JSON-RPC message: tool calls with malformed
-// arguments get an invalid-params error here (mcp-go would report a handler
-// error as an internal error), everything else goes to mcp-go. Both
-// transports call it; nil means no reply (a notification).
-func (s *Server) HandleMessage(ctx context.Context, raw json.RawMessage) mcp.JSONRPCMessage {
-	if resp := precheck(raw); resp != nil {
-		return resp
+// HandleMessage answers one JSON-RPC message for the principal in ctx (see
+// withPrincipal): what is not a valid message is answered here (see
+// checkMessage), tool calls with malformed arguments get an invalid-params
+// error (mcp-go would report a handler error as an internal error), and
+// everything else goes to mcp-go. nil means no reply (a notification or a
+// response).
+func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessage {
+	msg, reply := checkMessage(raw)
+	if reply != nil || msg.kind == kindResponse {
+		return reply
 	}
-	return s.mcp.HandleMessage(ctx, raw)
+	return s.handle(ctx, msg, raw)
 }
 
-// precheck returns an invalid-params error for a call of one of forge's
-// tools whose arguments do not decode, else nil.
-func precheck(raw []byte) mcp.JSONRPCMessage {
-	var msg struct {
-		ID     *json.RawMessage `json:"id"`
-		Method string           `json:"method"`
-		Params struct {
-			Name      string          `json:"name"`
-			Arguments json.RawMessage `json:"arguments"`
-		} `json:"params"`
+// handle answers a message checkMessage passed.
+func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRPCMessage {
+	ctx, reply := precheck(ctx, msg)
+	if reply != nil {
+		return reply
 	}
-	if json.Unmarshal(raw, &msg) != nil || msg.Method != string(mcp.MethodToolsCall) || msg.ID == nil {
-		return nil
+	resp := s.mcp.HandleMessage(ctx, raw)
+	if msg.kind == kindNotification {
+		return nil // JSON-RPC: a notification is never answered
 	}
-	var err error
-	switch msg.Params.Name {
-	case toolExecute:
-		_, err = DecodeExecuteArgs(msg.Params.Arguments)
-	case toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles:
-		_, err = decodeSessionArgs(msg.Params.Name, msg.Params.Arguments)
-	default:
-		return nil
-	}
-	if err != nil {
-		var id any
-		if json.Unmarshal(*msg.ID, &id) != nil {
-			return nil
-		}
-		return mcp.NewJSONRPCError(mcp.NewRequestId(id), mcp.INVALID_PARAMS, err.Error(), nil)
-	}
-	return nil
+	return resp
 }
 
 // beginDrain starts a shutdown: running executions get grace, then their

@@ -20,8 +20,11 @@ import (
 	"github.com/mcp-forge/forge/internal/hooks"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/pool"
+	"github.com/mcp-forge/forge/runtime/session"
 )
 
 func TestMain(m *testing.M) {
@@ -57,7 +60,39 @@ func (e *stubEngine) Execute(_ context.Context, req engine.Request) (*kernel.Res
 	return e.res, e.err
 }
 func (e *stubEngine) Config() *profiles.Config { return e.cfg }
-func (e *stubEngine) Store() *rootfs.Store     { return nil }
+
+// The stub has no sessions, images, pools or tools: every session id is
+// unknown, as it would be to a fresh engine.
+func (e *stubEngine) notFound(id string) error {
+	return &engine.RefusedError{Kind: engine.RefusedNotFound, Err: fmt.Errorf("%w: %s", session.ErrNotFound, id)}
+}
+func (e *stubEngine) ListSessions(context.Context, engine.Principal) ([]session.Info, error) {
+	return nil, nil
+}
+func (e *stubEngine) SessionState(_ context.Context, _ engine.Principal, id string) (*session.Meta, error) {
+	return nil, e.notFound(id)
+}
+func (e *stubEngine) DocumentState(_ context.Context, _ engine.Principal, id string, _ map[string]string, _ string, _ bool) (*session.Documented, error) {
+	return nil, e.notFound(id)
+}
+func (e *stubEngine) DestroySession(_ context.Context, _ engine.Principal, id string) error {
+	return e.notFound(id)
+}
+func (e *stubEngine) WriteFile(_ context.Context, _ engine.Principal, id, _ string, _ []byte) error {
+	return e.notFound(id)
+}
+func (e *stubEngine) ReadFile(_ context.Context, _ engine.Principal, id, _ string) ([]byte, error) {
+	return nil, e.notFound(id)
+}
+func (e *stubEngine) ListFiles(_ context.Context, _ engine.Principal, id string) ([]kernel.FileInfo, error) {
+	return nil, e.notFound(id)
+}
+func (e *stubEngine) Images(context.Context) ([]rootfs.Image, error) { return nil, nil }
+func (e *stubEngine) PoolStats() []pool.Stats                        { return nil }
+func (e *stubEngine) ToolCatalog() []bridge.Tool                     { return nil }
+
+// The real engine is what the server is built for.
+var _ Engine = (*engine.Engine)(nil)
 
 func (e *stubEngine) calls() []engine.Request {
 	e.mu.Lock()
@@ -121,10 +156,22 @@ func TestToolsList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Tools) != 1 || res.Tools[0].Name != toolExecute {
-		t.Fatalf("got tools %+v, want only %s", res.Tools, toolExecute)
+	var tool mcp.Tool
+	names := map[string]bool{}
+	for _, tl := range res.Tools {
+		names[tl.Name] = true
+		if tl.Name == toolExecute {
+			tool = tl
+		}
 	}
-	tool := res.Tools[0]
+	for _, want := range []string{toolExecute, toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles} {
+		if !names[want] {
+			t.Errorf("tools/list lacks %s; got %v", want, names)
+		}
+	}
+	if len(res.Tools) != 7 {
+		t.Fatalf("got %d tools, want 7", len(res.Tools))
+	}
 	a := tool.Annotations
 	if a.Title == "" || a.ReadOnlyHint == nil || *a.ReadOnlyHint || a.OpenWorldHint == nil || *a.OpenWorldHint ||
 		a.DestructiveHint == nil || *a.DestructiveHint || a.IdempotentHint == nil || *a.IdempotentHint {
@@ -229,12 +276,13 @@ func TestEngineErrors(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("%w: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)", engine.ErrInvalidRequest), "Request refused: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)"},
+		{&engine.RefusedError{Kind: engine.RefusedInvalid, Err: fmt.Errorf("%w: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)", engine.ErrInvalidRequest)}, "Request refused: timeout 10m0s exceeds the maximum 5m0s (execution.max_timeout)"},
 		{errors.New("libcontainer exploded"), "not of your code): libcontainer exploded"},
 		{engine.ErrClosed, "shutting down"},
-		{fmt.Errorf("%w: 1 executions are running (execution.max_concurrent) and none finished within 1s (execution.queue_timeout); retry later", engine.ErrBusy),
+		{&engine.RefusedError{Kind: engine.RefusedBusy, Err: fmt.Errorf("%w: 1 executions are running (execution.max_concurrent) and none finished within 1s (execution.queue_timeout); retry later", engine.ErrBusy)},
 			"Not run: forge is busy: 1 executions are running (execution.max_concurrent) and none finished within 1s (execution.queue_timeout); retry later. Your code did not start; send the same call again."},
-		{fmt.Errorf("%w: \"forge/nope:1\"", rootfs.ErrImageNotFound), "Request refused: image not found"},
+		{&engine.RefusedError{Kind: engine.RefusedNotFound, Err: fmt.Errorf("%w: \"forge/nope:1\"", rootfs.ErrImageNotFound)}, "Request refused: image not found: \"forge/nope:1\"; forge://environments/list"},
+		{&engine.RefusedError{Kind: engine.RefusedBusy, Err: errors.New("forge is busy: 8 executions are running (execution.max_concurrent); retry")}, "Request refused: forge is busy"},
 	} {
 		stub.err = tc.err
 		res, err := call(t, c, map[string]any{"code": "x", "timeout": 600, "memory": "1g", "custom_image": "forge/python:3.11"})

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
 )
@@ -27,14 +27,6 @@ const (
 	uriSessionState     = "forge://sessions/{id}/state"
 	uriSessionVariables = "forge://sessions/{id}/variables"
 )
-
-// SessionEngine is what the session tools need of the engine.
-type SessionEngine interface {
-	Sessions() *session.Manager
-	WriteFile(ctx context.Context, id, path string, data []byte) error
-	ReadFile(ctx context.Context, id, path string) ([]byte, error)
-	ListFiles(ctx context.Context, id string) ([]kernel.FileInfo, error)
-}
 
 func annotations(title string, readOnly, destructive, idempotent bool) mcp.ToolAnnotation {
 	f := false
@@ -74,7 +66,7 @@ func sessionTools(maxFile string) []mcp.Tool {
 				"clear":      map[string]any{"type": "boolean", "description": "Replace earlier descriptions instead of adding to them."},
 			}, "session_id")),
 		mk(toolListSessions, "List sessions",
-			"List the sessions: id, image, created, last activity, status (active, hibernated, lost), memory in use and number of variables.",
+			"List your sessions: id, image, created, last activity, status (active, hibernated, lost), memory in use and number of variables. Sessions of other clients are never shown.",
 			annotations("List sessions", true, false, true), schema(map[string]any{})),
 		mk(toolDestroySession, "Destroy a session",
 			"Destroy a session: its sandbox, variables and /workspace files are gone for good.",
@@ -179,26 +171,17 @@ func decodeSessionArgs(tool string, raw []byte) (sessionArgs, error) {
 }
 
 func (s *Server) addSessionTools() {
-	se, ok := s.eng.(SessionEngine)
-	if !ok {
-		return
-	}
 	for _, t := range sessionTools(s.cfg.Volumes.MaxFileSize.String()) {
-		name := t.Name
 		s.mcp.AddTool(t, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			s.active.Add(1)
 			defer s.active.Done()
-			raw, err := json.Marshal(req.Params.Arguments)
-			if err != nil {
-				return nil, argError("", err.Error())
-			}
-			a, err := decodeSessionArgs(name, raw)
+			d, err := argsOf(ctx, req)
 			if err != nil {
 				return nil, err
 			}
 			ectx, cancel := s.execContext(ctx)
 			defer cancel()
-			res, err := s.sessionTool(ectx, se, name, a)
+			res, err := s.sessionTool(ectx, s.principal(ctx), d.tool, d.session)
 			if err != nil {
 				return s.executeError(err), nil
 			}
@@ -207,24 +190,23 @@ func (s *Server) addSessionTools() {
 	}
 	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(uriSessionState, "session-state",
 		mcp.WithTemplateDescription("A session's documented state (document_state) with the introspection of its variables."),
-		mcp.WithTemplateMIMEType("application/json")), s.sessionResource(se, false))
+		mcp.WithTemplateMIMEType("application/json")), s.sessionResource(false))
 	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(uriSessionVariables, "session-variables",
 		mcp.WithTemplateDescription("The user variables of a session: name, type, size, shape or length, short repr."),
-		mcp.WithTemplateMIMEType("application/json")), s.sessionResource(se, true))
+		mcp.WithTemplateMIMEType("application/json")), s.sessionResource(true))
 }
 
-func (s *Server) sessionTool(ctx context.Context, se SessionEngine, tool string, a sessionArgs) (*mcp.CallToolResult, error) {
-	m := se.Sessions()
+func (s *Server) sessionTool(ctx context.Context, p engine.Principal, tool string, a sessionArgs) (*mcp.CallToolResult, error) {
 	switch tool {
 	case toolDocumentState:
-		doc, err := m.Document(ctx, a.SessionID, a.Variables, a.Note, a.Clear)
+		doc, err := s.eng.DocumentState(ctx, p, a.SessionID, a.Variables, a.Note, a.Clear)
 		if err != nil {
 			return nil, err
 		}
 		return jsonResult(fmt.Sprintf("Documented %d variable(s) of session %s; %d user variable(s) introspected.",
 			len(doc.Variables), a.SessionID, len(doc.Introspection)), doc)
 	case toolListSessions:
-		list, err := m.List(ctx)
+		list, err := s.eng.ListSessions(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +215,7 @@ func (s *Server) sessionTool(ctx context.Context, se SessionEngine, tool string,
 		}
 		return jsonResult(fmt.Sprintf("%d session(s).", len(list)), map[string]any{"sessions": list})
 	case toolDestroySession:
-		if err := m.Destroy(ctx, a.SessionID); err != nil {
+		if err := s.eng.DestroySession(ctx, p, a.SessionID); err != nil {
 			return nil, err
 		}
 		return mcp.NewToolResultText("Session " + a.SessionID + " destroyed."), nil
@@ -242,18 +224,18 @@ func (s *Server) sessionTool(ctx context.Context, se SessionEngine, tool string,
 		if a.Encoding == "base64" {
 			data, _ = base64.StdEncoding.DecodeString(*a.Content)
 		}
-		if err := se.WriteFile(ctx, a.SessionID, a.Path, data); err != nil {
+		if err := s.eng.WriteFile(ctx, p, a.SessionID, a.Path, data); err != nil {
 			return nil, err
 		}
 		return mcp.NewToolResultText(fmt.Sprintf("Wrote %d bytes to /workspace/%s in session %s.", len(data), a.Path, a.SessionID)), nil
 	case toolReadFile:
-		data, err := se.ReadFile(ctx, a.SessionID, a.Path)
+		data, err := s.eng.ReadFile(ctx, p, a.SessionID, a.Path)
 		if err != nil {
 			return nil, err
 		}
 		return fileResult(a.Path, data), nil
 	case toolListFiles:
-		files, err := se.ListFiles(ctx, a.SessionID)
+		files, err := s.eng.ListFiles(ctx, p, a.SessionID)
 		if err != nil {
 			return nil, err
 		}
@@ -307,15 +289,16 @@ func sniffImage(b []byte) string {
 	return ""
 }
 
-// sessionResource serves forge://sessions/{id}/state or /variables.
-func (s *Server) sessionResource(se SessionEngine, varsOnly bool) func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+// sessionResource serves forge://sessions/{id}/state or /variables of the
+// caller's own sessions.
+func (s *Server) sessionResource(varsOnly bool) func(context.Context, mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
 		rest, ok := strings.CutPrefix(req.Params.URI, "forge://sessions/")
 		id, _, ok2 := strings.Cut(rest, "/")
 		if !ok || !ok2 {
 			return nil, fmt.Errorf("resource %q: want forge://sessions/{id}/state or /variables", req.Params.URI)
 		}
-		meta, err := se.Sessions().State(ctx, id)
+		meta, err := s.eng.SessionState(ctx, s.principal(ctx), id)
 		if err != nil {
 			return nil, err
 		}
@@ -333,14 +316,4 @@ func (s *Server) sessionResource(se SessionEngine, varsOnly bool) func(context.C
 		}
 		return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: string(b)}}, nil
 	}
-}
-
-// isSessionRefusal reports session errors that are the caller's to fix.
-func isSessionRefusal(err error) bool {
-	for _, e := range []error{session.ErrNotFound, session.ErrLimit, session.ErrBusy, session.ErrBadID, kernel.ErrRequest} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }

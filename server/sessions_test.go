@@ -9,6 +9,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-forge/forge/runtime/engine"
 )
 
 func callTool(t *testing.T, c *client.Client, name string, args map[string]any) *mcp.CallToolResult {
@@ -26,7 +28,7 @@ func TestSessionToolsReal(t *testing.T) {
 	eng := realEngine(t)
 	c := connect(t, New(eng, Options{Version: "test"}))
 	id := "srv-" + strings.ReplaceAll(t.Name(), "/", "-")
-	t.Cleanup(func() { eng.Sessions().Destroy(context.Background(), id) })
+	t.Cleanup(func() { eng.DestroySession(context.Background(), engine.LocalPrincipal, id) })
 
 	res := callTool(t, c, toolExecute, map[string]any{"code": "x = 41\nitems = [1, 2, 3]", "session_id": id})
 	if res.IsError {
@@ -86,7 +88,7 @@ func TestSessionToolsReal(t *testing.T) {
 	if !strings.HasPrefix(sid, "s-") {
 		t.Errorf("jupyter backend: session_id %v", sid)
 	} else {
-		eng.Sessions().Destroy(context.Background(), sid)
+		eng.DestroySession(context.Background(), engine.LocalPrincipal, sid)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-forge/forge/runtime/engine"
 )
 
 // maxStdioMessage bounds one JSON-RPC line; code is capped far below it.
@@ -22,9 +24,11 @@ const maxStdioMessage = 64 << 20
 // written), then they are killed. It returns once every request has been
 // answered; closing the engine is the caller's job.
 //
-// forge has its own stdio loop rather than mcp-go's so that malformed tool
-// arguments are invalid-params errors (see HandleMessage) and so that stdin
-// EOF drains instead of cancelling running code.
+// forge has its own stdio loop rather than mcp-go's so that every line is
+// answered as JSON-RPC requires and malformed tool arguments are
+// invalid-params errors (see HandleMessage), and so that stdin EOF drains
+// instead of cancelling running code. Every call acts for Options.Principal,
+// by default the local principal.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	sess := newStdioSession()
 	if err := s.mcp.RegisterSession(ctx, sess); err != nil {
@@ -32,7 +36,11 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	}
 	defer s.mcp.UnregisterSession(context.WithoutCancel(ctx), sess.SessionID())
 	w := &lineWriter{w: out}
-	reqCtx, cancelRequests := context.WithCancel(s.mcp.WithContext(context.WithoutCancel(ctx), sess))
+	p := s.opts.Principal
+	if p.Tenant == "" {
+		p = engine.LocalPrincipal
+	}
+	reqCtx, cancelRequests := context.WithCancel(withPrincipal(s.mcp.WithContext(context.WithoutCancel(ctx), sess), p))
 	defer cancelRequests()
 
 	notesDone := make(chan struct{})
@@ -79,28 +87,25 @@ loop:
 	return err
 }
 
-// dispatch answers one line: requests on their own goroutine (a long
-// execution must not block ping or cancellation), notifications inline.
+// dispatch answers one line: what is not a valid request at once (see
+// checkMessage), requests on their own goroutine (a long execution must not
+// block ping or cancellation), notifications inline.
 func (s *Server) dispatch(ctx context.Context, line []byte, w *lineWriter, wg *sync.WaitGroup) {
-	var head struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-	}
-	if err := json.Unmarshal(line, &head); err != nil {
-		w.write(mcp.NewJSONRPCError(mcp.NewRequestId(nil), mcp.PARSE_ERROR, "Parse error", nil))
+	msg, reply := checkMessage(line)
+	switch {
+	case reply != nil:
+		w.write(reply)
 		return
-	}
-	if head.Method == "" {
-		return // a response to a request forge never sends
-	}
-	if len(head.ID) == 0 || string(head.ID) == "null" {
-		s.HandleMessage(ctx, line)
+	case msg.kind == kindResponse:
+		return // to a request forge never sends
+	case msg.kind == kindNotification:
+		s.handle(ctx, msg, line)
 		return
 	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if resp := s.HandleMessage(ctx, line); resp != nil {
+		if resp := s.handle(ctx, msg, line); resp != nil {
 			w.write(resp)
 		}
 	}()

@@ -74,7 +74,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	bare.Name = "bare python3 -c (host)"
 	rows = append(rows, bare)
 
-	req := engine.Request{Code: "print(1)", Image: *image, Client: "bench"}
+	req := engine.Request{Principal: engine.LocalPrincipal, Code: "print(1)", Image: *image, Client: "bench"}
 	cfg.Pool.Enabled = false
 	cold, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log})
 	if err != nil {
@@ -123,7 +123,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	var last string
 	r = measureAfter(*runs/4, func() {
 		if last != "" {
-			warm.Sessions().Destroy(ctx, last)
+			warm.DestroySession(ctx, engine.LocalPrincipal, last)
 		}
 		waitWarm()
 		n++
@@ -142,7 +142,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	})
 	r.Name = "session, later calls"
 	rows = append(rows, r)
-	warm.Sessions().Destroy(ctx, last)
+	warm.DestroySession(ctx, engine.LocalPrincipal, last)
 
 	for _, c := range []int{1, 2, 4} {
 		waitWarm()

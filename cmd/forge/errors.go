@@ -10,8 +10,13 @@ import (
 )
 
 // isUsage reports errors that are the user's to fix in the command line or
-// config (exit 2) rather than failures of the host (exit 3).
+// config (exit 2) rather than failures of the host (exit 3): every refusal
+// of the engine, and the errors of what the CLI calls below it.
 func isUsage(err error) bool {
+	var refused *engine.RefusedError
+	if errors.As(err, &refused) {
+		return true
+	}
 	for _, target := range []error{
 		rootfs.ErrBadReference,
 		rootfs.ErrImageNotFound,

@@ -43,7 +43,7 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := engine.Request{Code: code, Image: *image, Timeout: time.Duration(*timeout * float64(time.Second)), Client: "cli"}
+	req := engine.Request{Principal: engine.LocalPrincipal, Code: code, Image: *image, Timeout: time.Duration(*timeout * float64(time.Second)), Client: "cli"}
 	if *timeout < 0 {
 		return usagef("run: --timeout %v: must be a positive number of seconds", *timeout)
 	}

@@ -57,6 +57,7 @@ type Event struct {
 	Tool       string         `json:"tool,omitempty"`
 	Server     string         `json:"server,omitempty"`
 	Client     string         `json:"client,omitempty"`
+	Principal  string         `json:"principal,omitempty"` // who the request acted for (a tenant)
 	Reason     string         `json:"reason,omitempty"`
 	Fields     map[string]any `json:"fields,omitempty"`
 }

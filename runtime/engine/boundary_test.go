@@ -28,7 +28,7 @@ func uniqueID(t *testing.T, eng *engine.Engine, prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	id := prefix + "-" + hex.EncodeToString(b[:])
-	t.Cleanup(func() { eng.Sessions().Destroy(context.Background(), id) })
+	t.Cleanup(func() { eng.DestroySession(context.Background(), engine.LocalPrincipal, id) })
 	return id
 }
 
@@ -54,7 +54,7 @@ func waitStatus(t *testing.T, eng *engine.Engine, id string, want session.Status
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		list, err := eng.Sessions().List(context.Background())
+		list, err := eng.ListSessions(context.Background(), engine.LocalPrincipal)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestForgedInspectKillsSession(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	_, err := eng.Sessions().Document(ctx, id, map[string]string{"x": "one"}, "", false)
+	_, err := eng.DocumentState(ctx, engine.LocalPrincipal, id, map[string]string{"x": "one"}, "", false)
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, kernel.ErrProtocol) {
 		t.Fatalf("document_state: %v, want ErrProtocol", err)
@@ -174,7 +174,7 @@ func TestForgedInspectKillsSession(t *testing.T) {
 		t.Errorf("lost_reason %q, want it to say the agent broke the protocol", why)
 	}
 	// The server is healthy: a stateless run and the session itself, fresh.
-	if r, err := eng.Execute(ctx, engine.Request{Code: "1 + 1"}); err != nil || fmt.Sprint(r.Result) != "2" {
+	if r, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: "1 + 1"}); err != nil || fmt.Sprint(r.Result) != "2" {
 		t.Errorf("a stateless run after: %+v, %v", r, err)
 	}
 	if r := call(t, eng, id, "'x' in globals()"); r.Result != false {

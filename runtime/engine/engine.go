@@ -136,9 +136,12 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		StateLimit:    int64(cfg.Execution.TmpSize),
 		Start:         e.acquireImage,
 		Logger:        opts.Logger,
-		OnEvent: func(event, id string) {
-			e.audit.Log(audit.Event{Event: event, Severity: audit.SeverityInfo, SessionID: id})
+		OnEvent: func(event, owner, id string) {
+			e.audit.Log(audit.Event{Event: event, Severity: audit.SeverityInfo, SessionID: id, Principal: owner})
 		},
+		// Sessions saved before sessions had owners were made by the only
+		// client forge had then: the local one. They stay where they are.
+		LocalOwner: LocalPrincipal.Tenant,
 	})
 	if err != nil {
 		return nil, err
@@ -179,6 +182,9 @@ func limitsOf(cfg *profiles.Config) (def, max cgroups.Limits, err error) {
 // Store is the image store.
 func (e *Engine) Store() *rootfs.Store { return e.store }
 
+// Images lists the images in the store.
+func (e *Engine) Images(ctx context.Context) ([]rootfs.Image, error) { return e.store.Images(ctx) }
+
 // Runtime is the sandbox runtime.
 func (e *Engine) Runtime() *sandbox.Runtime { return e.rt }
 
@@ -187,12 +193,15 @@ func (e *Engine) Config() *profiles.Config { return e.cfg }
 
 // Request is one execution.
 type Request struct {
-	Code    string
-	Image   string        // "" = images.default
-	Timeout time.Duration // 0 = execution.default_timeout
-	Memory  int64         // bytes; 0 = default
-	CPUs    float64       // 0 = default
-	Client  string        // for the audit log
+	// Principal is who asks; required. A session id names a session of
+	// this principal only.
+	Principal Principal
+	Code      string
+	Image     string        // "" = images.default
+	Timeout   time.Duration // 0 = execution.default_timeout
+	Memory    int64         // bytes; 0 = default
+	CPUs      float64       // 0 = default
+	Client    string        // for the audit log
 	// SessionID runs the code in that session (created on first use);
 	// NewSession with no SessionID creates a session with a generated id.
 	SessionID  string
@@ -209,8 +218,14 @@ type Plan struct {
 }
 
 // Validate checks a request against the configured maxima and allowlist.
-// A request can tighten limits, never loosen them.
+// A request can tighten limits, never loosen them. Errors are
+// *RefusedError.
 func (e *Engine) Validate(req Request) (Plan, error) {
+	p, err := e.validate(req)
+	return p, refuse(err)
+}
+
+func (e *Engine) validate(req Request) (Plan, error) {
 	x := e.cfg.Execution
 	p := Plan{Image: req.Image, Timeout: req.Timeout}
 	if max := int64(x.MaxCodeSize); max > 0 && int64(len(req.Code)) > max {
@@ -266,13 +281,23 @@ func orF(v, d float64) float64 {
 	return v
 }
 
-// Execute runs code once in a fresh sandbox that is destroyed afterwards.
+// Execute runs code once in a fresh sandbox that is destroyed afterwards,
+// or in the request's session. Errors the caller must fix are
+// *RefusedError.
 func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, error) {
+	res, err := e.execute(ctx, req)
+	return res, refuse(err)
+}
+
+func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, error) {
+	if err := req.Principal.check(); err != nil {
+		return nil, err
+	}
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
 	defer e.inflight.Add(-1)
-	plan, err := e.Validate(req)
+	plan, err := e.validate(req)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +306,7 @@ func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, erro
 	}
 	defer func() { <-e.slots }()
 	e.audit.Log(audit.Event{Event: audit.EventExecutionRequest, Severity: audit.SeverityInfo, Image: plan.Image,
-		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client})
+		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client, Principal: req.Principal.Tenant, SessionID: req.SessionID})
 	if req.SessionID != "" || req.NewSession {
 		return e.executeSession(ctx, req, plan)
 	}

@@ -34,14 +34,14 @@ func TestValidate(t *testing.T) {
 		req  engine.Request
 		want string // substring of the error; "" = valid
 	}{
-		{"defaults", engine.Request{Code: "1"}, ""},
-		{"tighter", engine.Request{Code: "1", Timeout: time.Second, Memory: 64 << 20, CPUs: 0.5}, ""},
-		{"timeout over max", engine.Request{Code: "1", Timeout: time.Hour}, "execution.max_timeout"},
-		{"negative timeout", engine.Request{Code: "1", Timeout: -time.Second}, "must be positive"},
-		{"memory over max", engine.Request{Code: "1", Memory: 64 << 30}, "memory"},
-		{"cpus over max", engine.Request{Code: "1", CPUs: 64}, "cpus"},
-		{"image not allowed", engine.Request{Code: "1", Image: "docker.io/library/evil:1"}, "not allowed"},
-		{"code too big", engine.Request{Code: strings.Repeat("#", 2<<20)}, "max_code_size"},
+		{"defaults", engine.Request{Principal: engine.LocalPrincipal, Code: "1"}, ""},
+		{"tighter", engine.Request{Principal: engine.LocalPrincipal, Code: "1", Timeout: time.Second, Memory: 64 << 20, CPUs: 0.5}, ""},
+		{"timeout over max", engine.Request{Principal: engine.LocalPrincipal, Code: "1", Timeout: time.Hour}, "execution.max_timeout"},
+		{"negative timeout", engine.Request{Principal: engine.LocalPrincipal, Code: "1", Timeout: -time.Second}, "must be positive"},
+		{"memory over max", engine.Request{Principal: engine.LocalPrincipal, Code: "1", Memory: 64 << 30}, "memory"},
+		{"cpus over max", engine.Request{Principal: engine.LocalPrincipal, Code: "1", CPUs: 64}, "cpus"},
+		{"image not allowed", engine.Request{Principal: engine.LocalPrincipal, Code: "1", Image: "docker.io/library/evil:1"}, "not allowed"},
+		{"code too big", engine.Request{Principal: engine.LocalPrincipal, Code: strings.Repeat("#", 2<<20)}, "max_code_size"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,6 +53,8 @@ func TestValidate(t *testing.T) {
 				t.Errorf("got %v, want an error naming %q", err, tc.want)
 			case tc.want != "" && !errors.Is(err, engine.ErrInvalidRequest):
 				t.Errorf("got %v, want errors.Is ErrInvalidRequest", err)
+			case tc.want != "" && !errors.As(err, new(*engine.RefusedError)):
+				t.Errorf("got %#v, want an *engine.RefusedError", err)
 			}
 		})
 	}
@@ -60,7 +62,7 @@ func TestValidate(t *testing.T) {
 
 func TestExecuteCold(t *testing.T) {
 	eng := testenv.Engine(t, false, nil)
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "print(6*7)"})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "print(6*7)"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestExecuteWarm(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := eng.Execute(context.Background(), engine.Request{Code: fmt.Sprintf("print(%d)", i)})
+			res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: fmt.Sprintf("print(%d)", i)})
 			if err != nil {
 				errs <- err
 				return
@@ -108,7 +110,7 @@ func TestRequestMemoryLimitWithPool(t *testing.T) {
 	})
 	eng.Prewarm()
 	waitPool(t, eng, 1)
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "x = bytearray(200 << 20)", Memory: 64 << 20})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "x = bytearray(200 << 20)", Memory: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,13 +149,13 @@ func TestAuditTrail(t *testing.T) {
 	}
 	testenv.ImportImages(t, eng.Store(), false)
 	code := "print('SECRET_CODE_4711')"
-	if _, err := eng.Execute(context.Background(), engine.Request{Code: code}); err != nil {
+	if _, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: code}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eng.Execute(context.Background(), engine.Request{Code: "x = 1", SessionID: "audited"}); err != nil {
+	if _, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "x = 1", SessionID: "audited"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := eng.Sessions().Destroy(context.Background(), "audited"); err != nil {
+	if err := eng.DestroySession(context.Background(), engine.LocalPrincipal, "audited"); err != nil {
 		t.Fatal(err)
 	}
 	if err := eng.Close(5 * time.Second); err != nil {
@@ -176,6 +178,12 @@ func TestAuditTrail(t *testing.T) {
 		seen[ev.Event]++
 		if ev.Event == audit.EventExecutionRequest && ev.CodeSHA256 == audit.CodeHash(code) {
 			seen["hash"]++
+		}
+		switch ev.Event {
+		case audit.EventExecutionRequest, audit.EventSessionCreate, audit.EventSessionDestroy:
+			if ev.Principal != engine.LocalPrincipal.Tenant {
+				t.Errorf("%s event names principal %q, want %q", ev.Event, ev.Principal, engine.LocalPrincipal.Tenant)
+			}
 		}
 	}
 	for _, ev := range []string{audit.EventExecutionRequest, audit.EventContainerCreate, audit.EventContainerStart,

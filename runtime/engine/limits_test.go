@@ -44,7 +44,7 @@ func TestInotifyBudgetProtectsHost(t *testing.T) {
 	ctx := context.Background()
 	id := fmt.Sprintf("inotify-%d", os.Getpid())
 	t.Cleanup(func() {
-		if err := eng.Sessions().Destroy(ctx, id); err != nil {
+		if err := eng.DestroySession(ctx, engine.LocalPrincipal, id); err != nil {
 			t.Errorf("destroying session %s: %v", id, err)
 		}
 	})
@@ -52,7 +52,7 @@ func TestInotifyBudgetProtectsHost(t *testing.T) {
 	if budget < 1 {
 		t.Fatalf("no inotify budget: %v", eng.Runtime().Budgets())
 	}
-	res, err := eng.Execute(ctx, engine.Request{Code: inotifyHog, SessionID: id})
+	res, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: inotifyHog, SessionID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ type outcome struct {
 func execAsync(ctx context.Context, eng *engine.Engine, code string) <-chan outcome {
 	ch := make(chan outcome, 1)
 	go func() {
-		res, err := eng.Execute(ctx, engine.Request{Code: code})
+		res, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: code})
 		ch <- outcome{res, err}
 	}()
 	return ch
@@ -114,7 +114,7 @@ func TestConcurrencyCapBusy(t *testing.T) {
 	defer func() { cancel(); <-first }()
 	waitRunning(t, eng)
 	t0 := time.Now()
-	_, err := eng.Execute(context.Background(), engine.Request{Code: "print(1)"})
+	_, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "print(1)"})
 	if !errors.Is(err, engine.ErrBusy) {
 		t.Fatalf("second execution while one runs under max_concurrent 1: got %v, want ErrBusy", err)
 	}
@@ -137,13 +137,13 @@ func TestConcurrencyCapQueues(t *testing.T) {
 	// A caller that gives up while queued gets its own cancellation back.
 	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := eng.Execute(short, engine.Request{Code: "print(1)"}); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, engine.ErrBusy) {
+	if _, err := eng.Execute(short, engine.Request{Principal: engine.LocalPrincipal, Code: "print(1)"}); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, engine.ErrBusy) {
 		t.Errorf("queued call whose context ends: got %v, want context.DeadlineExceeded", err)
 	}
 	// The first holds its slot for 2 s after its sandbox went live, and the
 	// second starts at most ~0.1 s after that: it must wait over a second.
 	t0 := time.Now()
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "print('second')"})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "print('second')"})
 	if err != nil || res.Stdout != "second\n" {
 		t.Fatalf("second execution with a long queue timeout: %v %+v", err, res)
 	}

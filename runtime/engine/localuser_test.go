@@ -238,7 +238,7 @@ func TestOtherLocalUser(t *testing.T) {
 	eng := toolsEngine(t, false)
 	ctx := context.Background()
 	for _, id := range []string{"victim", "other"} {
-		res, err := eng.Execute(ctx, engine.Request{Code: `add(a=1, b=1)["sum"]`, SessionID: id, MCPTools: []string{"add"}})
+		res, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: `add(a=1, b=1)["sum"]`, SessionID: id, MCPTools: []string{"add"}})
 		if err != nil || !res.Success {
 			t.Fatalf("session %s: %v %+v", id, err, res)
 		}
@@ -319,7 +319,7 @@ func TestOtherLocalUser(t *testing.T) {
 	}
 	// Both sessions are untouched.
 	for _, id := range []string{"victim", "other"} {
-		res, err := eng.Execute(ctx, engine.Request{Code: `add(a=2, b=2)["sum"]`, SessionID: id, MCPTools: []string{"add"}})
+		res, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: `add(a=2, b=2)["sum"]`, SessionID: id, MCPTools: []string{"add"}})
 		if err != nil || !res.Success || fmt.Sprint(res.Result) != "4" || len(res.Notes) > 0 {
 			t.Errorf("session %s after the attack: %v %+v", id, err, res)
 		}

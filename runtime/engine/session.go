@@ -15,8 +15,50 @@ import (
 // KeyboardInterrupt of a timeout before its sandbox is killed.
 const interruptGrace = 2 * time.Second
 
-// Sessions is the session manager (list, destroy, document_state, state).
+// Sessions is the session manager (for tests and tools that need its
+// counters; the faces use the Engine's session methods).
 func (e *Engine) Sessions() *session.Manager { return e.sessions }
+
+// The session methods below act on p's sessions only: an id of another
+// principal's session answers exactly like an unknown id. Errors the caller
+// must fix are *RefusedError.
+
+// ListSessions lists p's sessions.
+func (e *Engine) ListSessions(ctx context.Context, p Principal) ([]session.Info, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
+	list, err := e.sessions.List(ctx, p.Tenant)
+	return list, refuse(err)
+}
+
+// DestroySession destroys p's session id: sandbox, variables and files.
+func (e *Engine) DestroySession(ctx context.Context, p Principal, id string) error {
+	if err := p.check(); err != nil {
+		return refuse(err)
+	}
+	return refuse(e.sessions.Destroy(ctx, p.Tenant, id))
+}
+
+// DocumentState stores descriptions of the variables of p's session id and
+// a note, with an introspection of every user variable.
+func (e *Engine) DocumentState(ctx context.Context, p Principal, id string, vars map[string]string, note string, clear bool) (*session.Documented, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
+	doc, err := e.sessions.Document(ctx, p.Tenant, id, vars, note, clear)
+	return doc, refuse(err)
+}
+
+// SessionState is the metadata of p's session id, with a fresh
+// introspection when it is live in this process.
+func (e *Engine) SessionState(ctx context.Context, p Principal, id string) (*session.Meta, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
+	meta, err := e.sessions.State(ctx, p.Tenant, id)
+	return meta, refuse(err)
+}
 
 // executeSession runs code in a session: a timeout interrupts the code and
 // keeps the namespace; a dead sandbox (OOM) loses the session.
@@ -26,11 +68,11 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 		id = session.NewID()
 	}
 	var res *kernel.Result
-	notes, err := e.sessions.Call(ctx, id, plan.Image, true, func(sb *sandbox.Sandbox, meta *session.Meta) error {
+	notes, err := e.sessions.Call(ctx, req.Principal.Tenant, id, plan.Image, true, func(sb *sandbox.Sandbox, meta *session.Meta) error {
 		if err := sb.SetLimits(plan.Limits); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
-		e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), SessionID: id})
+		e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), SessionID: id, Principal: req.Principal.Tenant})
 		if len(req.MCPTools) > 0 {
 			if err := e.toolsForSession(ctx, sb, req.MCPTools); err != nil {
 				return err
@@ -68,36 +110,45 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 	return res, nil
 }
 
-// WriteFile writes into a session's /workspace (creating the session if
-// create is set).
-func (e *Engine) WriteFile(ctx context.Context, id, path string, data []byte) error {
-	if max := int64(e.cfg.Volumes.MaxFileSize); max > 0 && int64(len(data)) > max {
-		return fmt.Errorf("%w: file is %d bytes, over the limit of %d (volumes.max_file_size)", ErrInvalidRequest, len(data), max)
+// WriteFile writes into the /workspace of p's session id, creating the
+// session if it does not exist.
+func (e *Engine) WriteFile(ctx context.Context, p Principal, id, path string, data []byte) error {
+	if err := p.check(); err != nil {
+		return refuse(err)
 	}
-	_, err := e.sessions.Call(ctx, id, e.cfg.Images.Default, true, func(sb *sandbox.Sandbox, _ *session.Meta) error {
+	if max := int64(e.cfg.Volumes.MaxFileSize); max > 0 && int64(len(data)) > max {
+		return refuse(fmt.Errorf("%w: file is %d bytes, over the limit of %d (volumes.max_file_size)", ErrInvalidRequest, len(data), max))
+	}
+	_, err := e.sessions.Call(ctx, p.Tenant, id, e.cfg.Images.Default, true, func(sb *sandbox.Sandbox, _ *session.Meta) error {
 		return sb.Client().WriteFile(ctx, path, data)
 	})
-	return err
+	return refuse(err)
 }
 
-// ReadFile reads a file from a session's /workspace.
-func (e *Engine) ReadFile(ctx context.Context, id, path string) ([]byte, error) {
+// ReadFile reads a file from the /workspace of p's session id.
+func (e *Engine) ReadFile(ctx context.Context, p Principal, id, path string) ([]byte, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
 	var data []byte
-	_, err := e.sessions.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, _ *session.Meta) error {
+	_, err := e.sessions.Call(ctx, p.Tenant, id, "", false, func(sb *sandbox.Sandbox, _ *session.Meta) error {
 		var err error
 		data, err = sb.Client().ReadFile(ctx, path, int(e.cfg.Volumes.MaxFileSize))
 		return err
 	})
-	return data, err
+	return data, refuse(err)
 }
 
-// ListFiles lists a session's /workspace.
-func (e *Engine) ListFiles(ctx context.Context, id string) ([]kernel.FileInfo, error) {
+// ListFiles lists the /workspace of p's session id.
+func (e *Engine) ListFiles(ctx context.Context, p Principal, id string) ([]kernel.FileInfo, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
 	var files []kernel.FileInfo
-	_, err := e.sessions.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, _ *session.Meta) error {
+	_, err := e.sessions.Call(ctx, p.Tenant, id, "", false, func(sb *sandbox.Sandbox, _ *session.Meta) error {
 		var err error
 		files, err = sb.Client().ListFiles(ctx)
 		return err
 	})
-	return files, err
+	return files, refuse(err)
 }

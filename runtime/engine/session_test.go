@@ -17,7 +17,7 @@ import (
 
 func call(t *testing.T, eng *engine.Engine, id, code string) *kernel.Result {
 	t.Helper()
-	res, err := eng.Execute(context.Background(), engine.Request{Code: code, SessionID: id})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: code, SessionID: id})
 	if err != nil {
 		t.Fatalf("Execute(%q): %v", code, err)
 	}
@@ -36,7 +36,7 @@ func TestSessionKeepsNamespace(t *testing.T) {
 	if r := call(t, eng, "a", "f(16)"); fmt.Sprint(r.Result) != "4.0" {
 		t.Errorf("f(16) = %v (error %+v)", r.Result, r.Error)
 	}
-	list, err := eng.Sessions().List(context.Background())
+	list, err := eng.ListSessions(context.Background(), engine.LocalPrincipal)
 	if err != nil || len(list) == 0 {
 		t.Fatalf("List: %v %v", list, err)
 	}
@@ -52,7 +52,7 @@ func TestSessionKeepsNamespace(t *testing.T) {
 		t.Errorf("session b sees %v, want [false false 2]", r.Result)
 	}
 	// A generated id with backend jupyter.
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "y = 1", NewSession: true})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "y = 1", NewSession: true})
 	if err != nil || res.SessionID == nil || !strings.HasPrefix(*res.SessionID, "s-") {
 		t.Errorf("new session: %v %+v", err, res)
 	}
@@ -61,7 +61,7 @@ func TestSessionKeepsNamespace(t *testing.T) {
 func TestSessionTimeoutKeepsNamespace(t *testing.T) {
 	eng := testenv.Engine(t, false, nil)
 	call(t, eng, "t", "x = 41")
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "import time\nwhile True: time.sleep(0.01)", SessionID: "t", Timeout: time.Second})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "import time\nwhile True: time.sleep(0.01)", SessionID: "t", Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestSessionTimeoutKeepsNamespace(t *testing.T) {
 func TestSessionOOMStartsFresh(t *testing.T) {
 	eng := testenv.Engine(t, false, nil)
 	call(t, eng, "o", "x = 41")
-	res, err := eng.Execute(context.Background(), engine.Request{Code: "b = bytearray(300 << 20)", SessionID: "o", Memory: 128 << 20})
+	res, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "b = bytearray(300 << 20)", SessionID: "o", Memory: 128 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSessionLimits(t *testing.T) {
 	})
 	call(t, eng, "l1", "x = 1")
 	call(t, eng, "l2", "x = 2")
-	_, err := eng.Execute(context.Background(), engine.Request{Code: "x = 3", SessionID: "l3"})
+	_, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal, Code: "x = 3", SessionID: "l3"})
 	if !errors.Is(err, session.ErrLimit) || !strings.Contains(err.Error(), "max_concurrent") {
 		t.Fatalf("third session: %v, want the max_concurrent error", err)
 	}
@@ -118,7 +118,7 @@ func TestSessionLimits(t *testing.T) {
 func TestDocumentStateAndFiles(t *testing.T) {
 	eng := testenv.Engine(t, true, func(c *profiles.Config) { c.Images.Default = testenv.DataImage })
 	ctx := context.Background()
-	if err := eng.WriteFile(ctx, "d", "data/in.csv", []byte("a,b\n1,2\n3,4\n")); err != nil {
+	if err := eng.WriteFile(ctx, engine.LocalPrincipal, "d", "data/in.csv", []byte("a,b\n1,2\n3,4\n")); err != nil {
 		t.Fatal(err)
 	}
 	r := call(t, eng, "d", `import pandas as pd, numpy as np
@@ -133,11 +133,11 @@ int(df.b.sum())`)
 	if fmt.Sprint(r.Result) != "6" {
 		t.Fatalf("pandas on the written CSV: %v error %+v", r.Result, r.Error)
 	}
-	png, err := eng.ReadFile(ctx, "d", "plot.png")
+	png, err := eng.ReadFile(ctx, engine.LocalPrincipal, "d", "plot.png")
 	if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 		t.Fatalf("reading the PNG back: %v (%d bytes)", err, len(png))
 	}
-	doc, err := eng.Sessions().Document(ctx, "d", map[string]string{"df": "the input table"}, "loaded the CSV", false)
+	doc, err := eng.DocumentState(ctx, engine.LocalPrincipal, "d", map[string]string{"df": "the input table"}, "loaded the CSV", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +168,10 @@ int(df.b.sum())`)
 	}
 	// Symlink escapes through the file tools are refused.
 	call(t, eng, "d", "import os\nos.symlink('/etc/passwd', '/workspace/esc')")
-	if _, err := eng.ReadFile(ctx, "d", "esc"); err == nil {
+	if _, err := eng.ReadFile(ctx, engine.LocalPrincipal, "d", "esc"); err == nil {
 		t.Error("reading through a symlink out of /workspace succeeded")
 	}
-	if err := eng.WriteFile(ctx, "d", "../../etc/x", []byte("x")); err == nil {
+	if err := eng.WriteFile(ctx, engine.LocalPrincipal, "d", "../../etc/x", []byte("x")); err == nil {
 		t.Error("writing ../../etc/x succeeded")
 	}
 }
@@ -181,14 +181,14 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	eng := testenv.Engine(t, false, cfg)
 	ctx := context.Background()
 	call(t, eng, "r", "x = 41\nimport threading\nlock = threading.Lock()")
-	if err := eng.WriteFile(ctx, "r", "notes/a.txt", []byte("keep me")); err != nil {
+	if err := eng.WriteFile(ctx, engine.LocalPrincipal, "r", "notes/a.txt", []byte("keep me")); err != nil {
 		t.Fatal(err)
 	}
 	if err := eng.Close(5 * time.Second); err != nil {
 		t.Fatalf("Close (hibernates): %v", err)
 	}
 	eng2 := testenv.Engine(t, false, cfg)
-	list, err := eng2.Sessions().List(ctx)
+	list, err := eng2.ListSessions(ctx, engine.LocalPrincipal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	if !strings.Contains(strings.Join(r.Notes, " "), "lock") {
 		t.Errorf("notes should name the unpicklable variable 'lock': %q", r.Notes)
 	}
-	data, err := eng2.ReadFile(ctx, "r", "notes/a.txt")
+	data, err := eng2.ReadFile(ctx, engine.LocalPrincipal, "r", "notes/a.txt")
 	if err != nil || string(data) != "keep me" {
 		t.Errorf("file after restart: %q, %v", data, err)
 	}
@@ -216,7 +216,7 @@ func TestSessionSurvivesRestart(t *testing.T) {
 	if fmt.Sprint(r.Result) != "[1000 1000]" {
 		t.Errorf("restored files owned by %v inside (error %+v), want uid 1000", r.Result, r.Error)
 	}
-	if err := eng2.Sessions().Destroy(ctx, "r"); err != nil {
+	if err := eng2.DestroySession(ctx, engine.LocalPrincipal, "r"); err != nil {
 		t.Errorf("Destroy: %v", err)
 	}
 }
@@ -237,7 +237,7 @@ func TestHibernationFailureKeepsSession(t *testing.T) {
 	call(t, eng, "small", "y = 1")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		list, _ := eng.Sessions().List(context.Background())
+		list, _ := eng.ListSessions(context.Background(), engine.LocalPrincipal)
 		hibernated := false
 		for _, s := range list {
 			hibernated = hibernated || (s.ID == "small" && s.Status == session.Hibernated)
@@ -250,6 +250,74 @@ func TestHibernationFailureKeepsSession(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	eng.Sessions().Destroy(context.Background(), "big")
-	eng.Sessions().Destroy(context.Background(), "small")
+	eng.DestroySession(context.Background(), engine.LocalPrincipal, "big")
+	eng.DestroySession(context.Background(), engine.LocalPrincipal, "small")
+}
+
+// TestSessionsOfOtherPrincipals: bob sees nothing of alice's session. It is
+// not listed; every call on its id fails exactly like a call on an id that
+// does not exist (same refusal, same text); calls that create a session
+// create bob's own, and alice's namespace and files stay as they were.
+func TestSessionsOfOtherPrincipals(t *testing.T) {
+	eng := testenv.Engine(t, false, nil)
+	ctx := context.Background()
+	alice, bob := engine.Principal{Tenant: "alice"}, engine.Principal{Tenant: "bob"}
+	const id, unknown = "analysis", "never-made"
+	res, err := eng.Execute(ctx, engine.Request{Principal: alice, SessionID: id, Code: "secret = 'alice only'"})
+	if err != nil || !res.Success {
+		t.Fatalf("alice's first call: %v %+v", err, res)
+	}
+	t.Cleanup(func() {
+		eng.DestroySession(ctx, alice, id)
+		eng.DestroySession(ctx, bob, id)
+	})
+	if err := eng.WriteFile(ctx, alice, id, "notes.txt", []byte("alice's notes")); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := eng.ListSessions(ctx, bob); err != nil || len(list) != 0 {
+		t.Errorf("bob lists %+v, %v; want nothing", list, err)
+	}
+	calls := map[string]func(id string) error{
+		"state": func(id string) error { _, err := eng.SessionState(ctx, bob, id); return err },
+		"document": func(id string) error {
+			_, err := eng.DocumentState(ctx, bob, id, map[string]string{"secret": "?"}, "", false)
+			return err
+		},
+		"read":    func(id string) error { _, err := eng.ReadFile(ctx, bob, id, "notes.txt"); return err },
+		"list":    func(id string) error { _, err := eng.ListFiles(ctx, bob, id); return err },
+		"destroy": func(id string) error { return eng.DestroySession(ctx, bob, id) },
+	}
+	for name, f := range calls {
+		theirs, missing := f(id), f(unknown)
+		var refused *engine.RefusedError
+		if !errors.As(theirs, &refused) || refused.Kind != engine.RefusedNotFound {
+			t.Errorf("%s of alice's session as bob: got %v, want a not-found refusal", name, theirs)
+			continue
+		}
+		if got, want := strings.ReplaceAll(theirs.Error(), id, "ID"), strings.ReplaceAll(missing.Error(), unknown, "ID"); got != want {
+			t.Errorf("%s of alice's session as bob: got %q, want the text of an unknown id %q", name, got, want)
+		}
+	}
+	// execute with her id makes bob a session of his own, as with any
+	// unknown id: a fresh namespace.
+	res, err = eng.Execute(ctx, engine.Request{Principal: bob, SessionID: id, Code: "secret"})
+	if err != nil || res.Error == nil || res.Error.Type != "NameError" {
+		t.Errorf("bob's execute in %q: %v %+v; want a NameError in a fresh namespace", id, err, res)
+	}
+	if err := eng.WriteFile(ctx, bob, id, "notes.txt", []byte("bob was here")); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := eng.ListSessions(ctx, bob); len(list) != 1 {
+		t.Errorf("bob lists %+v; want his one session", list)
+	}
+	res, err = eng.Execute(ctx, engine.Request{Principal: alice, SessionID: id, Code: "secret"})
+	if err != nil || res.Result != "alice only" {
+		t.Errorf("alice's session after bob's calls: %v %+v; want her variable", err, res)
+	}
+	if b, err := eng.ReadFile(ctx, alice, id, "notes.txt"); err != nil || string(b) != "alice's notes" {
+		t.Errorf("alice's file after bob's calls: %q %v", b, err)
+	}
+	if _, err := eng.Execute(ctx, engine.Request{SessionID: id, Code: "secret"}); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Errorf("a request without a principal: got %v, want ErrInvalidRequest", err)
+	}
 }

@@ -18,6 +18,14 @@ const preludeTimeout = 10 * time.Second
 // Bridge is the code-mode bridge, nil when no mcp_tools are configured.
 func (e *Engine) Bridge() *bridge.Bridge { return e.bridge }
 
+// ToolCatalog lists the code-mode tools; nil when none are configured.
+func (e *Engine) ToolCatalog() []bridge.Tool {
+	if e.bridge == nil {
+		return nil
+	}
+	return e.bridge.Catalog()
+}
+
 // newBridgeDir makes the per-sandbox directory mounted at /run/forge: never
 // shared, traversable by the sandbox user (the socket itself is 0600 and
 // owned by that user).

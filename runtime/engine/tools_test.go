@@ -24,7 +24,7 @@ func toolsEngine(t *testing.T, pool bool) *engine.Engine {
 func TestCodeModeStateless(t *testing.T) {
 	eng := toolsEngine(t, true)
 	ctx := context.Background()
-	res, err := eng.Execute(ctx, engine.Request{Code: `import os, mcp_tools
+	res, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: `import os, mcp_tools
 r = add(a=2, b=3)["sum"]
 try:
     fail(message="boom")
@@ -41,7 +41,7 @@ except Exception as e:
 		t.Errorf("result %v, error %+v", got, res.Error)
 	}
 	// A tool not granted is not there, and calling it through the socket is refused.
-	res, err = eng.Execute(ctx, engine.Request{Code: `import socket, json
+	res, err = eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: `import socket, json
 s = socket.socket(socket.AF_UNIX)
 s.connect('/run/forge/bridge.sock')
 s.sendall(json.dumps({"tool": "echo", "arguments": {"text": "x"}}).encode() + b"\n")
@@ -54,7 +54,7 @@ s.sendall(json.dumps({"tool": "echo", "arguments": {"text": "x"}}).encode() + b"
 		t.Errorf("ungranted call: %v error %+v", res.Result, res.Error)
 	}
 	// Unknown tool names are a bad request naming what exists.
-	if _, err := eng.Execute(ctx, engine.Request{Code: "1", MCPTools: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), "add") {
+	if _, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: "1", MCPTools: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), "add") {
 		t.Errorf("unknown tool: %v", err)
 	}
 }
@@ -63,7 +63,7 @@ func TestCodeModeSession(t *testing.T) {
 	eng := toolsEngine(t, false)
 	ctx := context.Background()
 	for i, code := range []string{"x = add(a=1, b=1)[\"sum\"]", "add(a=x, b=40)[\"sum\"]"} {
-		res, err := eng.Execute(ctx, engine.Request{Code: code, SessionID: "tools", MCPTools: []string{"add"}})
+		res, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: code, SessionID: "tools", MCPTools: []string{"add"}})
 		if err != nil || !res.Success {
 			t.Fatalf("call %d: %v %+v", i, err, res)
 		}

@@ -14,6 +14,8 @@ var (
 	ErrBusy = errors.New("session in use by another forge process")
 	// ErrBadID: a session id outside [A-Za-z0-9_-]{1,64}.
 	ErrBadID = errors.New("invalid session id")
+	// ErrNoOwner: a call without an owner; every session belongs to one.
+	ErrNoOwner = errors.New("session call without an owner")
 	// ErrClosed: the manager is shutting down.
 	ErrClosed = errors.New("sessions are shutting down")
 )

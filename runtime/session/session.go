@@ -3,11 +3,18 @@
 // pickled, /workspace saved under the state dir) after its idle timeout or
 // at shutdown, and brought back on its next call, also by a later forge
 // process. A session belongs to one forge process at a time (a file lock).
+//
+// Every session also belongs to one owner, the principal that created it
+// (an opaque string to this package). Ids are scoped by owner: each owner has
+// its own directory (LocalOwner the sessions dir itself, as before owners
+// existed), so another owner's session answers exactly like a missing one,
+// and two owners may each have a session called "analysis".
 package session
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -56,6 +63,7 @@ type Documented struct {
 // Meta is a session's metadata, saved as meta.json.
 type Meta struct {
 	ID         string      `json:"id"`
+	Owner      string      `json:"owner"`
 	Image      string      `json:"image"`
 	Created    time.Time   `json:"created"`
 	LastActive time.Time   `json:"last_active"`
@@ -103,8 +111,16 @@ type Options struct {
 	Start      StartFunc
 	Logger     *slog.Logger
 	// OnEvent is told of session creation and destruction (audit).
-	OnEvent func(event, id string)
+	OnEvent func(event, owner, id string)
+	// LocalOwner keeps its sessions directly in Dir, where forge versions
+	// without owners kept every session: those belong to it. Other owners'
+	// sessions live in Dir/.principals/o-HASH (a name no session id can
+	// have).
+	LocalOwner string
 }
+
+// key names a session: ids are scoped by owner.
+type key struct{ owner, id string }
 
 // Manager owns this process's sessions.
 type Manager struct {
@@ -114,7 +130,7 @@ type Manager struct {
 	reaped sync.WaitGroup
 
 	mu       sync.Mutex
-	sessions map[string]*Session // in this process (active or being brought up)
+	sessions map[key]*Session // in this process (active or being brought up)
 	closed   bool
 }
 
@@ -141,9 +157,10 @@ func ValidID(id string) error {
 	return nil
 }
 
-// NewID makes a fresh session id.
+// NewID makes a fresh session id: 128 random bits, so that an id is never
+// guessed (ids are also scoped by owner; this is the second fence).
 func NewID() string {
-	var b [8]byte
+	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return "s-" + hex.EncodeToString(b[:])
 }
@@ -154,12 +171,12 @@ func NewManager(opts Options) (*Manager, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.OnEvent == nil {
-		opts.OnEvent = func(string, string) {}
+		opts.OnEvent = func(string, string, string) {}
 	}
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sessions dir: %w", err)
 	}
-	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[string]*Session)}
+	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[key]*Session)}
 	if opts.IdleTimeout > 0 {
 		m.reaped.Add(1)
 		go m.reaper()
@@ -167,17 +184,35 @@ func NewManager(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) dir(id string) string { return filepath.Join(m.opts.Dir, id) }
+// principalsDir holds the directories of owners other than LocalOwner.
+const principalsDir = ".principals"
+
+// ownerDir is the directory of an owner's sessions: Dir for LocalOwner, else
+// named by a hash, because an owner is any string (a tenant id) and must not
+// name a path.
+func (m *Manager) ownerDir(owner string) string {
+	if owner == m.opts.LocalOwner {
+		return m.opts.Dir
+	}
+	h := sha256.Sum256([]byte(owner))
+	return filepath.Join(m.opts.Dir, principalsDir, "o-"+hex.EncodeToString(h[:16]))
+}
+
+func (m *Manager) dir(k key) string { return filepath.Join(m.ownerDir(k.owner), k.id) }
+
+func (s *Session) key() key { return key{s.meta.Owner, s.meta.ID} }
+
+func (s *Session) dir() string { return s.m.dir(s.key()) }
 
 // Call runs f with the session id locked and its sandbox running: created
 // on first use (create must be true), brought back from hibernation, or
 // started fresh after it was lost (notes say so). After f the sandbox is
 // paused again, or dropped if it died.
-func (m *Manager) Call(ctx context.Context, id, image string, create bool, f func(*sandbox.Sandbox, *Meta) error) (notes []string, err error) {
+func (m *Manager) Call(ctx context.Context, owner, id, image string, create bool, f func(*sandbox.Sandbox, *Meta) error) (notes []string, err error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
-	s, err := m.get(ctx, id, image, create)
+	s, err := m.get(ctx, key{owner, id}, image, create)
 	if err != nil {
 		return nil, err
 	}
@@ -204,14 +239,17 @@ func (m *Manager) Call(ctx context.Context, id, image string, create bool, f fun
 }
 
 // get returns the session, locked, owned by this process.
-func (m *Manager) get(ctx context.Context, id, image string, create bool) (*Session, error) {
+func (m *Manager) get(ctx context.Context, k key, image string, create bool) (*Session, error) {
+	if k.owner == "" {
+		return nil, ErrNoOwner
+	}
 	for {
 		m.mu.Lock()
 		if m.closed {
 			m.mu.Unlock()
 			return nil, ErrClosed
 		}
-		s, ok := m.sessions[id]
+		s, ok := m.sessions[k]
 		m.mu.Unlock()
 		if ok {
 			s.mu.Lock()
@@ -221,7 +259,7 @@ func (m *Manager) get(ctx context.Context, id, image string, create bool) (*Sess
 			s.mu.Unlock()
 			continue
 		}
-		s, err := m.claim(ctx, id, image, create)
+		s, err := m.claim(ctx, k, image, create)
 		if err != nil || s != nil {
 			return s, err
 		}
@@ -230,8 +268,8 @@ func (m *Manager) get(ctx context.Context, id, image string, create bool) (*Sess
 
 // claim takes ownership of a session that is on disk (hibernated or lost)
 // or creates a new one. It returns nil, nil if another goroutine won.
-func (m *Manager) claim(ctx context.Context, id, image string, create bool) (*Session, error) {
-	dir := m.dir(id)
+func (m *Manager) claim(ctx context.Context, k key, image string, create bool) (*Session, error) {
+	id, dir := k.id, m.dir(k)
 	meta, err := readMeta(dir)
 	exists := err == nil
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -255,21 +293,22 @@ func (m *Manager) claim(ctx context.Context, id, image string, create bool) (*Se
 		}
 	} else {
 		now := time.Now().UTC()
-		meta = &Meta{ID: id, Image: image, Created: now, LastActive: now, Status: Hibernated}
+		meta = &Meta{ID: id, Owner: k.owner, Image: image, Created: now, LastActive: now, Status: Hibernated}
 	}
+	meta.ID, meta.Owner = id, k.owner // the directory says whose it is (older metas name none)
 	s := &Session{m: m, meta: *meta, lock: lock}
 	s.mu.Lock()
 	m.mu.Lock()
-	if _, raced := m.sessions[id]; raced || m.closed {
+	if _, raced := m.sessions[k]; raced || m.closed {
 		m.mu.Unlock()
 		s.mu.Unlock()
 		lock.Close()
 		return nil, nil
 	}
-	m.sessions[id] = s
+	m.sessions[k] = s
 	m.mu.Unlock()
 	if !exists {
-		m.opts.OnEvent("session.create", id)
+		m.opts.OnEvent("session.create", k.owner, id)
 	}
 	return s, nil
 }
@@ -328,7 +367,7 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 		return notes, err
 	}
 	s.setSandbox(sb)
-	if s.meta.Status == Hibernated && m.hasSavedState(s.meta.ID) {
+	if s.meta.Status == Hibernated && s.hasSavedState() {
 		n, err := s.restoreLocked(ctx)
 		notes = append(notes, n...)
 		if err != nil {
@@ -369,16 +408,16 @@ func (s *Session) setSandbox(sb *sandbox.Sandbox) {
 // the limit slightly early or late by one in a race.
 func (s *Session) hasSandbox() bool { return s.sbSet.Load() }
 
-func (m *Manager) hasSavedState(id string) bool {
-	_, err1 := os.Stat(filepath.Join(m.dir(id), "state.pkl"))
-	_, err2 := os.Stat(filepath.Join(m.dir(id), "workspace"))
+func (s *Session) hasSavedState() bool {
+	_, err1 := os.Stat(filepath.Join(s.dir(), "state.pkl"))
+	_, err2 := os.Stat(filepath.Join(s.dir(), "workspace"))
 	return err1 == nil || err2 == nil
 }
 
 // restoreLocked copies the saved /workspace into the fresh sandbox (paused
 // while files go in) and unpickles the saved variables.
 func (s *Session) restoreLocked(ctx context.Context) ([]string, error) {
-	dir := s.m.dir(s.meta.ID)
+	dir := s.dir()
 	root := fmt.Sprintf("/proc/%d/root", s.sb.Pid())
 	uid := s.sb.HostUID() // this sandbox's own: a restored session gets a new block
 	if err := s.sb.Pause(); err != nil {
@@ -430,12 +469,12 @@ func (s *Session) dropSandboxLocked(reason string) {
 	}
 	s.meta.Status, s.meta.LostReason = Lost, reason
 	// What was saved before is no longer the session's state.
-	dir := s.m.dir(s.meta.ID)
+	dir := s.dir()
 	os.RemoveAll(filepath.Join(dir, "workspace"))
 	os.Remove(filepath.Join(dir, "state.pkl"))
 }
 
-func (s *Session) saveLocked() error { return writeMeta(s.m.dir(s.meta.ID), &s.meta) }
+func (s *Session) saveLocked() error { return writeMeta(s.dir(), &s.meta) }
 
 func readMeta(dir string) (*Meta, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
@@ -468,7 +507,7 @@ func (s *Session) hibernateLocked(ctx context.Context, force bool) error {
 	if s.sb == nil {
 		return nil
 	}
-	dir := s.m.dir(s.meta.ID)
+	dir := s.dir()
 	s.meta.Status = Hibernating
 	if err := s.saveLocked(); err != nil {
 		return err
@@ -549,8 +588,8 @@ func (s *Session) saveStateLocked(ctx context.Context, dir string) error {
 func (m *Manager) release(s *Session) {
 	s.gone = true
 	m.mu.Lock()
-	if m.sessions[s.meta.ID] == s {
-		delete(m.sessions, s.meta.ID)
+	if m.sessions[s.key()] == s {
+		delete(m.sessions, s.key())
 	}
 	m.mu.Unlock()
 	if s.lock != nil {
@@ -560,11 +599,11 @@ func (m *Manager) release(s *Session) {
 }
 
 // Destroy removes a session: its sandbox, saved state and metadata.
-func (m *Manager) Destroy(ctx context.Context, id string) error {
+func (m *Manager) Destroy(ctx context.Context, owner, id string) error {
 	if err := ValidID(id); err != nil {
 		return err
 	}
-	s, err := m.get(ctx, id, "", false)
+	s, err := m.get(ctx, key{owner, id}, "", false)
 	if err != nil {
 		return err
 	}
@@ -573,17 +612,17 @@ func (m *Manager) Destroy(ctx context.Context, id string) error {
 		_ = s.sb.Destroy()
 		s.setSandbox(nil)
 	}
-	err = os.RemoveAll(m.dir(id))
+	err = os.RemoveAll(s.dir())
 	m.release(s)
-	m.opts.OnEvent("session.destroy", id)
+	m.opts.OnEvent("session.destroy", owner, id)
 	return err
 }
 
 // Document stores descriptions of variables and a note, with an
 // introspection of every user variable.
-func (m *Manager) Document(ctx context.Context, id string, vars map[string]string, note string, clear bool) (*Documented, error) {
+func (m *Manager) Document(ctx context.Context, owner, id string, vars map[string]string, note string, clear bool) (*Documented, error) {
 	var doc *Documented
-	_, err := m.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
+	_, err := m.Call(ctx, owner, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
 		intro, err := sb.Client().Inspect(ctx)
 		if err != nil {
 			return err
@@ -609,22 +648,26 @@ func (m *Manager) Document(ctx context.Context, id string, vars map[string]strin
 
 // State returns a session's metadata with a fresh introspection when it is
 // live in this process, else what was saved.
-func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
+func (m *Manager) State(ctx context.Context, owner, id string) (*Meta, error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
 	}
+	if owner == "" {
+		return nil, ErrNoOwner
+	}
+	k := key{owner, id}
 	m.mu.Lock()
-	_, live := m.sessions[id]
+	_, live := m.sessions[k]
 	m.mu.Unlock()
 	if !live {
-		meta, err := readMeta(m.dir(id))
+		meta, err := readMeta(m.dir(k))
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
 		return meta, err
 	}
 	var out Meta
-	_, err := m.Call(ctx, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
+	_, err := m.Call(ctx, owner, id, "", false, func(sb *sandbox.Sandbox, meta *Meta) error {
 		vars, err := sb.Client().Inspect(ctx)
 		if errors.Is(err, kernel.ErrProtocol) {
 			return err // the sandbox has been killed; the session is lost
@@ -638,10 +681,16 @@ func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
 	return &out, err
 }
 
-// List reports every session in the state dir: live ones of this process,
-// hibernated, lost, and those other processes own.
-func (m *Manager) List(ctx context.Context) ([]Info, error) {
-	ents, err := os.ReadDir(m.opts.Dir)
+// List reports owner's sessions in the state dir: live ones of this
+// process, hibernated, lost, and those other processes hold.
+func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
+	if owner == "" {
+		return nil, ErrNoOwner
+	}
+	ents, err := os.ReadDir(m.ownerDir(owner))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -650,15 +699,16 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 		if !e.IsDir() || ValidID(e.Name()) != nil {
 			continue
 		}
+		k := key{owner, e.Name()}
 		m.mu.Lock()
-		s, live := m.sessions[e.Name()]
+		s, live := m.sessions[k]
 		m.mu.Unlock()
 		var info Info
 		if live && s.mu.TryLock() {
 			info = s.infoLocked()
 			s.mu.Unlock()
 		} else {
-			meta, err := readMeta(m.dir(e.Name()))
+			meta, err := readMeta(m.dir(k))
 			if err != nil {
 				continue
 			}
@@ -719,9 +769,9 @@ func (m *Manager) reap() {
 				_ = s.sb.Destroy()
 				s.setSandbox(nil)
 			}
-			os.RemoveAll(m.dir(id))
+			os.RemoveAll(s.dir())
 			m.release(s)
-			m.opts.OnEvent("session.destroy", id)
+			m.opts.OnEvent("session.destroy", s.meta.Owner, id)
 			m.log.Info("session reached its maximum lifetime; destroyed", "session", id)
 		case s.sb != nil && idle > m.opts.IdleTimeout:
 			m.idleOut(s)
@@ -748,9 +798,9 @@ func (m *Manager) idleOut(s *Session) {
 	}
 	_ = s.sb.Destroy()
 	s.setSandbox(nil)
-	os.RemoveAll(m.dir(id))
+	os.RemoveAll(s.dir())
 	m.release(s)
-	m.opts.OnEvent("session.destroy", id)
+	m.opts.OnEvent("session.destroy", s.meta.Owner, id)
 	m.log.Info("idle session destroyed", "session", id)
 }
 
@@ -778,7 +828,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		} else if s.sb != nil {
 			_ = s.sb.Destroy()
 			s.setSandbox(nil)
-			os.RemoveAll(m.dir(s.meta.ID))
+			os.RemoveAll(s.dir())
 		}
 		m.release(s)
 		s.mu.Unlock()

@@ -1,0 +1,218 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/mcp-forge/forge/runtime/engine"
+)
+
+// messageKind is what a checked JSON-RPC message is.
+type messageKind int
+
+const (
+	kindRequest messageKind = iota
+	kindNotification
+	kindResponse // to a request forge sent (it sends none today): ignored
+)
+
+// message is the envelope of one checked JSON-RPC message.
+type message struct {
+	kind   messageKind
+	id     any // string or number for requests and responses
+	method string
+	params json.RawMessage
+}
+
+// checkMessage classifies one JSON-RPC message the way both transports
+// answer it (JSON-RPC 2.0 section 5.1, MCP's rules on ids):
+//   - not JSON at all, or nested deeper than the decoder allows: -32700
+//     Parse error, id null;
+//   - JSON but not a request, notification or response object (a number, an
+//     array such as a batch, which MCP does not have, an id that is neither
+//     a string nor a number, a missing or empty method, a wrong "jsonrpc"):
+//     -32600 Invalid Request, with the id when it can be read, else null;
+//   - a response (no method; result or error) is ignored, nothing else is.
+//
+// reply is nil when the message is to be handled (or, for a response,
+// ignored).
+func checkMessage(raw []byte) (msg message, reply mcp.JSONRPCMessage) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		if !json.Valid(raw) {
+			return msg, mcp.NewJSONRPCError(mcp.NewRequestId(nil), mcp.PARSE_ERROR, "Parse error: the message is not valid JSON (or nests too deeply)", nil)
+		}
+		return msg, invalidRequest(nil, "want a JSON-RPC request object (batches are not supported)")
+	}
+	if fields == nil { // the JSON literal null
+		return msg, invalidRequest(nil, "want a JSON-RPC request object, got null")
+	}
+	rawID, hasID := fields["id"]
+	idOK := hasID && decodeID(rawID, &msg.id)
+	if hasID && !idOK && !isNull(rawID) {
+		return msg, invalidRequest(nil, "id must be a string or a number")
+	}
+	var version string
+	if json.Unmarshal(fields["jsonrpc"], &version) != nil || version != mcp.JSONRPC_VERSION {
+		return msg, invalidRequest(msg.id, `"jsonrpc" must be "2.0"`)
+	}
+	rawMethod, hasMethod := fields["method"]
+	if !hasMethod {
+		_, hasResult := fields["result"]
+		_, hasError := fields["error"]
+		if hasResult != hasError && (idOK || hasError && hasID) {
+			msg.kind = kindResponse
+			return msg, nil
+		}
+		return msg, invalidRequest(msg.id, `want a request with a "method" (or a response with an id and either "result" or "error")`)
+	}
+	if json.Unmarshal(rawMethod, &msg.method) != nil || msg.method == "" {
+		return msg, invalidRequest(msg.id, `"method" must be a non-empty string`)
+	}
+	if p, ok := fields["params"]; ok && !isNull(p) {
+		if c := firstByte(p); c != '{' && c != '[' {
+			return msg, invalidRequest(msg.id, `"params" must be an object or an array`)
+		}
+		msg.params = p
+	}
+	switch {
+	case !hasID:
+		msg.kind = kindNotification
+	case !idOK: // "id": null
+		return msg, invalidRequest(nil, "id must be a string or a number, not null (MCP)")
+	default:
+		msg.kind = kindRequest
+	}
+	return msg, nil
+}
+
+func invalidRequest(id any, why string) mcp.JSONRPCMessage {
+	return mcp.NewJSONRPCError(mcp.NewRequestId(id), mcp.INVALID_REQUEST, "Invalid Request: "+why, nil)
+}
+
+// decodeID reads a string or number id.
+func decodeID(raw json.RawMessage, id *any) bool {
+	switch firstByte(raw) {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			*id = s
+			return true
+		}
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		var n json.Number
+		if json.Unmarshal(raw, &n) == nil {
+			if i, err := n.Int64(); err == nil {
+				*id = i
+			} else {
+				f, _ := n.Float64()
+				*id = f
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func firstByte(raw json.RawMessage) byte {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return 0
+	}
+	return raw[0]
+}
+
+func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// decodedArgs are the arguments of one tool call, decoded once on the way in
+// (precheck) and handed to the tool's handler through the context.
+type decodedArgs struct {
+	tool    string
+	execute ExecuteArgs
+	session sessionArgs
+}
+
+type decodedArgsKey struct{}
+
+// precheck decodes the arguments of a call of one of forge's tools: a
+// malformed one is answered with an invalid-params error; a good one rides
+// along in the returned context, so that the handler does not decode it
+// again.
+func precheck(ctx context.Context, msg message) (context.Context, mcp.JSONRPCMessage) {
+	if msg.kind != kindRequest || msg.method != string(mcp.MethodToolsCall) {
+		return ctx, nil
+	}
+	var p struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if json.Unmarshal(msg.params, &p) != nil {
+		return ctx, nil // mcp-go answers a malformed params object
+	}
+	d, err := decodeArgs(p.Name, p.Arguments)
+	if err != nil {
+		return ctx, mcp.NewJSONRPCError(mcp.NewRequestId(msg.id), mcp.INVALID_PARAMS, err.Error(), nil)
+	}
+	if d == nil {
+		return ctx, nil
+	}
+	return context.WithValue(ctx, decodedArgsKey{}, d), nil
+}
+
+// decodeArgs decodes the arguments of tool; nil, nil for a tool that is
+// not forge's.
+func decodeArgs(tool string, raw []byte) (*decodedArgs, error) {
+	d := &decodedArgs{tool: tool}
+	var err error
+	switch tool {
+	case toolExecute:
+		d.execute, err = DecodeExecuteArgs(raw)
+	case toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles:
+		d.session, err = decodeSessionArgs(tool, raw)
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// argsOf returns the decoded arguments of req: those precheck decoded, or,
+// for a caller that bypassed HandleMessage (an in-process client of
+// MCPServer), decoded here from mcp-go's copy of the raw arguments.
+func argsOf(ctx context.Context, req mcp.CallToolRequest) (*decodedArgs, error) {
+	if d, ok := ctx.Value(decodedArgsKey{}).(*decodedArgs); ok && d.tool == req.Params.Name {
+		return d, nil
+	}
+	raw := req.Params.RawArguments
+	if len(raw) == 0 && req.Params.Arguments != nil {
+		var err error
+		if raw, err = json.Marshal(req.Params.Arguments); err != nil {
+			return nil, argError("", err.Error())
+		}
+	}
+	return decodeArgs(req.Params.Name, raw)
+}
+
+type principalKey struct{}
+
+// withPrincipal marks ctx as acting for p; the transports call it.
+func withPrincipal(ctx context.Context, p engine.Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// principal is who a call acts for: what the transport put into ctx, else
+// (an in-process client) Options.Principal, else the local principal.
+func (s *Server) principal(ctx context.Context) engine.Principal {
+	if p, ok := ctx.Value(principalKey{}).(engine.Principal); ok {
+		return p
+	}
+	if s.opts.Principal.Tenant != "" {
+		return s.opts.Principal
+	}
+	return engine.LocalPrincipal
+}
