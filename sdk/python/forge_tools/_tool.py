@@ -14,10 +14,7 @@ a result with isError, never an exception of dispatch.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
-import fractions
 import importlib.util
 import inspect
 import math
@@ -281,18 +278,20 @@ class Tool:
 
     async def acall(self, arguments: Any = None, timeout: Optional[float] = None) -> Dict[str, Any]:
         """call() for a caller that runs an event loop: async tools run on that loop."""
+        import asyncio
+
         args, kwargs = self.bind(arguments)
         limit = self._limit(timeout)
         try:
             if self.is_async:
                 value = await _guard(self.fn(*args, **kwargs), limit)
             else:
-                value = await _guard(asyncio.wrap_future(_WORKERS.submit(self.fn, args, kwargs)), limit)
+                value = await _guard(_WORKERS.submit(self.fn, args, kwargs).wrap(), limit)
         except _Timeout:
             return self._timeout_result(limit)
         except asyncio.CancelledError:
             raise
-        except BaseException as e:
+        except BaseException as e:  # the tool's own failure
             return error_result(e)
         return self.result(value)
 
@@ -367,7 +366,9 @@ def _parse_memory(where: str, memory: Any) -> Optional[int]:
         m = _SIZE_RE.match(memory.strip().lower()) if len(memory) <= 64 else None
         if m is None or m.group(2) not in _UNITS:
             raise ToolDefinitionError(f"@tool {where}: memory={memory!r} is not a size; {_MEMORY_FORMS}")
-        n = int(fractions.Fraction(m.group(1)) * _UNITS[m.group(2)])
+        whole, _, frac = m.group(1).partition(".")
+        unit = _UNITS[m.group(2)]
+        n = int(whole) * unit + (int(frac) * unit // 10 ** len(frac) if frac else 0)  # fractions of a byte dropped
     else:
         raise ToolDefinitionError(f"@tool {where}: memory={memory!r} is not a size; {_MEMORY_FORMS}")
     if n <= 0 or n >= 1 << 63:
@@ -382,6 +383,59 @@ class _Timeout(Exception):
     """A call that went past its limit (never confused with a TimeoutError the tool raises)."""
 
 
+class _Future:
+    """The outcome of one sync call. Lighter than concurrent.futures (which imports
+    logging), since cold start counts: sandboxes import the framework."""
+
+    __slots__ = ("_done", "_value", "_error", "_callbacks")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: Optional[BaseException] = None
+        self._callbacks: List[Callable[[], None]] = []
+
+    def set(self, value: Any, error: Optional[BaseException]) -> None:
+        self._value, self._error = value, error
+        self._done.set()
+        for cb in self._callbacks:
+            cb()
+
+    def result(self, timeout: float) -> Any:
+        """The value; raises the call's exception, or _Timeout when it is not done in time."""
+        if not self._done.wait(timeout):
+            raise _Timeout()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def wrap(self) -> Any:
+        """An asyncio future of the running loop that completes with this one."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def copy() -> None:
+            if fut.done():  # cancelled, or already copied
+                return
+            if self._error is not None:
+                fut.set_exception(self._error)
+            else:
+                fut.set_result(self._value)
+
+        def later() -> None:
+            try:
+                loop.call_soon_threadsafe(copy)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+
+        self._callbacks.append(later)
+        if self._done.is_set():
+            loop.call_soon(copy)
+        return fut
+
+
 class _Worker(threading.Thread):
     def __init__(self, pool: "_Workers"):
         super().__init__(name="forge_tools-worker", daemon=True)
@@ -391,12 +445,14 @@ class _Worker(threading.Thread):
     def run(self) -> None:
         while True:
             fut, fn, args, kwargs = self.jobs.get()
-            if fut.set_running_or_notify_cancel():
-                try:
-                    fut.set_result(fn(*args, **kwargs))
-                except BaseException as e:  # handed to the caller, SystemExit included
-                    fut.set_exception(e)
-            del fut, fn, args, kwargs
+            try:
+                value = fn(*args, **kwargs)
+            except BaseException as e:  # handed to the caller, SystemExit included
+                fut.set(None, e)
+            else:
+                fut.set(value, None)
+            value = None
+            del fut, fn, args, kwargs, value  # nothing of the call outlives it on an idle thread
             self.pool.idle(self)
 
 
@@ -413,8 +469,8 @@ class _Workers:
         with self._lock:
             self._idle.append(w)
 
-    def submit(self, fn: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any]) -> "concurrent.futures.Future[Any]":
-        fut: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
+    def submit(self, fn: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any]) -> _Future:
+        fut = _Future()
         with self._lock:
             w = self._idle.pop() if self._idle else None
         if w is None:
@@ -424,19 +480,15 @@ class _Workers:
         return fut
 
     def run(self, fn: Callable[..., Any], args: List[Any], kwargs: Dict[str, Any], timeout: float) -> Any:
-        fut = self.submit(fn, args, kwargs)
-        try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
-            if fut.done():  # the tool raised TimeoutError itself (an alias on 3.11+)
-                raise
-            raise _Timeout() from None
+        return self.submit(fn, args, kwargs).result(timeout)
 
 
 _WORKERS = _Workers()
 
 
 async def _guard(aw: Any, timeout: float) -> Any:
+    import asyncio
+
     task = asyncio.ensure_future(aw)
     try:
         done, _ = await asyncio.wait({task}, timeout=timeout)
@@ -454,17 +506,22 @@ class _Loop:
     """One event loop on a daemon thread for async tools called from sync code."""
 
     def __init__(self) -> None:
+        import asyncio
+
         self.loop = asyncio.new_event_loop()
         t = threading.Thread(target=self.loop.run_forever, name="forge_tools-loop", daemon=True)
         t.start()
 
     def run(self, coro: Any, timeout: float) -> Any:
+        import asyncio
+        import concurrent.futures
+
         fut = asyncio.run_coroutine_threadsafe(_guard(coro, timeout), self.loop)
         try:
             # _guard ends the call at timeout; the extra second covers a coroutine that blocks the loop.
             return fut.result(timeout + 1.0)
         except concurrent.futures.TimeoutError:
-            if fut.done():
+            if fut.done():  # the tool raised TimeoutError itself (an alias on 3.11+)
                 raise
             fut.cancel()
             raise _Timeout() from None
