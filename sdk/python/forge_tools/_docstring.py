@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 __all__ = ["Docstring", "parse"]
 
 
-@dataclass
 class Docstring:
     """What a docstring says about a function or class."""
 
-    description: str = ""
-    params: Dict[str, str] = field(default_factory=dict)
-    returns: str = ""
-    style: str = "plain"
+    __slots__ = ("description", "params", "returns", "style")
+
+    def __init__(self, description: str = "", params: Optional[Dict[str, str]] = None, returns: str = "", style: str = "plain"):
+        self.description = description
+        self.params: Dict[str, str] = {} if params is None else params
+        self.returns = returns
+        self.style = style
 
 
 _GOOGLE_PARAMS = {

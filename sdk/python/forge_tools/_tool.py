@@ -66,12 +66,11 @@ _UNITS = {
 _MEMORY_FORMS = "use a positive size in bytes or with a binary unit: 1048576, 1024k, 512m, 1.5g, 256M, 128mb, 2gib"
 
 
-@dataclasses.dataclass
 class _Param:
-    name: str
-    node: Any
-    positional_only: bool
-    default: Any
+    __slots__ = ("name", "node", "positional_only", "default")
+
+    def __init__(self, name: str, node: Any, positional_only: bool, default: Any):
+        self.name, self.node, self.positional_only, self.default = name, node, positional_only, default
 
 
 class Tool:
@@ -108,8 +107,9 @@ class Tool:
         self.description = doc.description if description is None else description
         self._params: List[_Param] = []
         self._extra: Any = None
-        self.input_schema = self._input_schema(doc)
-        self.output_schema, self._wrap, self._returns_none = self._output_schema(doc)
+        hints = self._hints()
+        self.input_schema = self._input_schema(doc, hints)
+        self.output_schema, self._wrap, self._returns_none = self._output_schema(doc, hints)
 
     # Schemas ---------------------------------------------------------------
 
@@ -144,8 +144,7 @@ class Tool:
                 "Literal, Enum, TypedDict, dataclasses, pydantic models, Annotated[T, 'description']"
             ) from e
 
-    def _input_schema(self, doc: _docstring.Docstring) -> Dict[str, Any]:
-        hints = self._hints()
+    def _input_schema(self, doc: _docstring.Docstring, hints: Dict[str, Any]) -> Dict[str, Any]:
         sig = inspect.signature(self.fn)
         memo: Dict[int, Any] = {}
         ctx = SchemaContext("input")
@@ -177,11 +176,10 @@ class Tool:
             schema["$defs"] = ctx.defs
         return schema
 
-    def _output_schema(self, doc: _docstring.Docstring) -> Tuple[Optional[Dict[str, Any]], bool, bool]:
-        ann = self.fn.__annotations__.get("return", inspect.Signature.empty)
-        if ann is inspect.Signature.empty:
+    def _output_schema(self, doc: _docstring.Docstring, hints: Dict[str, Any]) -> Tuple[Optional[Dict[str, Any]], bool, bool]:
+        if "return" not in self.fn.__annotations__:
             return None, False, False
-        hint = self._hints().get("return")
+        hint = hints.get("return")
         if hint is None or hint is type(None):
             return None, False, True
         ctx = SchemaContext("output")
