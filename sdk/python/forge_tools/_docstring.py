@@ -44,6 +44,9 @@ _GOOGLE_ITEM = re.compile(r"^\*{0,2}([A-Za-z_][A-Za-z0-9_]*)\s*(?:\([^)]*\))?\s*
 _NUMPY_RULE = re.compile(r"^\s*-{3,}\s*$")
 _NUMPY_ITEM = re.compile(r"^\*{0,2}([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*\*{0,2}[A-Za-z_][A-Za-z0-9_]*)*)\s*(?::.*)?$")
 _REST_FIELD = re.compile(r"^:([A-Za-z_]+)((?:\s+[^:]+?)?)\s*:\s*(.*)$")
+_REST_ANY = re.compile(r"^[ \t]*:[A-Za-z_]+(?:[ \t]+[^:\n]+?)?[ \t]*:", re.M)
+_NUMPY_ANY = re.compile(r"^[ \t]*\S[^\n]*\n[ \t]*-{3,}[ \t]*$", re.M)
+_GOOGLE_ANY = re.compile(r"^([A-Za-z][A-Za-z ]*):[ \t]*$", re.M)
 _REST_PARAM_KINDS = {"param", "parameter", "arg", "argument", "key", "keyword", "ivar", "var", "cvar"}
 _REST_RETURN_KINDS = {"return", "returns"}
 
@@ -52,13 +55,18 @@ def parse(doc: Optional[str]) -> Docstring:
     """Parses doc (None or empty gives an empty Docstring)."""
     if not doc or not doc.strip():
         return Docstring()
-    lines = inspect.cleandoc(doc).splitlines()
-    if any(_REST_FIELD.match(ln.strip()) for ln in lines):
+    text = inspect.cleandoc(doc)
+    lines = text.splitlines()
+    # One search over the text per style: decorating many tools must stay cheap.
+    if _REST_ANY.search(text):
         return _parse_rest(lines)
-    if any(_NUMPY_RULE.match(lines[i + 1]) and lines[i].strip() for i in range(len(lines) - 1)):
+    if _NUMPY_ANY.search(text):
         return _parse_numpy(lines)
-    if any(_is_google_header(ln) for ln in lines):
-        return _parse_google(lines)
+    m = _GOOGLE_ANY.search(text)
+    while m is not None:
+        if m.group(1).lower() in _GOOGLE_SECTIONS:
+            return _parse_google(lines)
+        m = _GOOGLE_ANY.search(text, m.end())
     return Docstring(description=_join(lines), style="plain")
 
 
