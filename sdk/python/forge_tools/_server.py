@@ -54,7 +54,7 @@ class Server:
         if line is _TOO_LONG:
             return _Reply(self._error(None, PARSE_ERROR, f"parse error: a message longer than {_MAX_LINE >> 20} MiB"))
         try:
-            return json.loads(line.decode("utf-8"))
+            return json.loads(line.decode("utf-8"), parse_constant=_no_constant)
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
             return _Reply(self._error(None, PARSE_ERROR, f"parse error: {type(e).__name__}: {e}"))
 
@@ -152,6 +152,10 @@ class Server:
         return result
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # Python's json accepts NaN and Infinity; JSON does not
+
+
 class _RPCError(Exception):
     def __init__(self, code: int, message: str, data: Any = None):
         super().__init__(message)
@@ -191,7 +195,10 @@ def serve(path: str, stdin: Any = None, stdout: Any = None, log: TextIO = sys.st
         flush=True,
     )
     server = Server(toolbox, instructions=f"Tools from {os.path.basename(path)} (forge_tools, unsandboxed).", log=log)
-    asyncio.run(_run(server, stdin, stdout))
+    try:
+        asyncio.run(_run(server, stdin, stdout))
+    except KeyboardInterrupt:
+        return 130
     return 0
 
 
@@ -215,7 +222,10 @@ async def _run(server: Server, stdin: Any, stdout: Any) -> None:
             loop.call_soon_threadsafe(lines.put_nowait, None)
 
     def send(msg: Dict[str, Any]) -> None:
-        data = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        try:
+            data = json.dumps(msg, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        except UnicodeEncodeError:  # a lone surrogate in a string: escaped, the stream stays UTF-8
+            data = json.dumps(msg, separators=(",", ":")).encode("ascii") + b"\n"
         with write_lock:
             stdout.write(data)
             stdout.flush()

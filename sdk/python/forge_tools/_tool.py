@@ -270,6 +270,8 @@ class Tool:
                 value = _WORKERS.run(self.fn, args, kwargs, limit)
         except _Timeout:
             return self._timeout_result(limit)
+        except KeyboardInterrupt:  # the caller's Ctrl-C while it waits
+            raise
         except BaseException as e:  # the tool's own failure, SystemExit included
             return error_result(e)
         return self.result(value)

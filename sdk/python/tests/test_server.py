@@ -135,6 +135,7 @@ def test_print_does_not_corrupt_the_stream(fresh):
     (b"not json", -32700, None),
     (b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\"", -32700, None),
     (b"\xff\xfe", -32700, None),
+    (b"{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"tools/call\", \"params\": {\"name\": \"divide\", \"arguments\": {\"a\": NaN, \"b\": 1}}}", -32700, None),
     (b"[" * 100000 + b"]" * 100000, -32700, None),
     (b"[]", -32600, None),
     (b"[{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\"}]", -32600, None),
@@ -151,7 +152,7 @@ def test_print_does_not_corrupt_the_stream(fresh):
     (b"{\"jsonrpc\": \"2.0\", \"id\": 11, \"method\": \"tools/call\", \"params\": {}}", -32602, 11),
     (b"{\"jsonrpc\": \"2.0\", \"id\": 12, \"method\": \"initialize\", \"params\": {}}", -32602, 12),
 ], ids=[
-    "not JSON", "truncated", "not UTF-8", "nested too deep", "empty batch", "batch", "not an object", "no jsonrpc",
+    "not JSON", "truncated", "not UTF-8", "NaN is not JSON", "nested too deep", "empty batch", "batch", "not an object", "no jsonrpc",
     "jsonrpc 1.0", "method not a string", "id an object", "id a boolean", "unknown method", "params an array",
     "unknown tool", "arguments not an object", "no tool name", "initialize without a version",
 ])
@@ -212,3 +213,14 @@ def test_a_bad_tools_file_fails_at_start(tmp_path):
     assert s.close() == 1
     assert b"parameter 'x' has an unsupported type hint bytes" in s.stderr
     assert b"bad.f" in s.stderr
+
+
+def test_a_lone_surrogate_in_a_result_is_escaped(tmp_path):
+    path = tmp_path / "odd.py"
+    path.write_text("from forge_tools import tool\n@tool\ndef odd() -> str:\n    return '\\ud800'\n")
+    s = Proc(str(path))
+    try:
+        res = s.request(1, "tools/call", {"name": "odd"})
+        assert res["result"]["structuredContent"] == {"result": "\ud800"}
+    finally:
+        s.close()
