@@ -582,7 +582,14 @@ def tool(fn: Any = None, *, name: Optional[str] = None, description: Optional[st
 def get_tool(fn: Any) -> Optional[Tool]:
     """The Tool of a decorated function, or None."""
     t = getattr(fn, "__forge_tool__", None) if inspect.isfunction(fn) else None
-    return t if isinstance(t, Tool) else None
+    if not isinstance(t, Tool):
+        return None
+    if t.fn is not fn:
+        # functools.wraps copied __forge_tool__ onto a wrapper: calls would skip the wrapper.
+        raise ToolDefinitionError(
+            f"{fn.__module__}.{fn.__qualname__} wraps the tool {t.qualname}: put @tool above (outside) the other decorators"
+        )
+    return t
 
 
 def tools_of(module: ModuleType) -> List[Tool]:

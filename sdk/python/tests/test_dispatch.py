@@ -313,3 +313,28 @@ def test_duplicate_names_are_an_error():
         tool_table(module_of(one, two))
     with pytest.raises(ToolDefinitionError, match="two tools are named 'same'"):
         Toolbox([get_tool(one), get_tool(two)])
+
+
+def test_tool_must_be_the_outermost_decorator():
+    import functools
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            return fn(*a, **k)
+        return wrapper
+
+    @logged
+    @tool
+    def inner(x: int) -> int:
+        return x
+
+    @tool
+    @logged
+    def outer(x: int) -> int:
+        return x
+
+    with pytest.raises(ToolDefinitionError, match="put @tool above"):
+        tool_table(module_of(inner))
+    assert dispatch(module_of(outer), "outer", {"x": 2})["structuredContent"] == {"result": 2}
+    assert get_tool(outer).input_schema["required"] == ["x"]  # the signature seen through functools.wraps
