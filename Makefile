@@ -70,6 +70,7 @@ test-clients:
 bench: build image
 	$(GO) test $(GOFLAGS) -run '^$$' -bench . -benchtime 200x ./...
 	$(BIN) bench
+	PYTHONPATH=sdk/python python3 -m forge_tools bench
 
 lint:
 	gofmt -l . | (! grep .)

@@ -6,7 +6,6 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -187,9 +186,7 @@ def test_notifications_get_no_reply(server):
 def test_calls_run_concurrently_and_can_be_cancelled(server):
     server.initialize()
     server.send({"jsonrpc": "2.0", "id": "slow", "method": "tools/call", "params": {"name": "wait", "arguments": {"seconds": 0.4}}})
-    start = time.monotonic()
-    assert server.request("p", "ping")["id"] == "p"
-    assert time.monotonic() - start < 0.3  # ping was not held up by the call
+    assert server.request("p", "ping")["id"] == "p"  # answered first: ping was not held up by the call
     assert server.recv()["id"] == "slow"
     server.send({"jsonrpc": "2.0", "id": "c", "method": "tools/call", "params": {"name": "wait", "arguments": {"seconds": 0.4}}})
     server.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "c"}})
