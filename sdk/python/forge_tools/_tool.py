@@ -90,7 +90,7 @@ class Tool:
         self.fn = fn
         self.qualname = f"{fn.__module__}.{fn.__qualname__}"
         self.name = fn.__name__ if name is None else name
-        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
             raise ToolDefinitionError(
                 f"@tool {self.qualname}: name {self.name!r} is not a valid tool name "
                 "(1 to 128 of A-Z, a-z, 0-9, '_', '-' and '.')"
@@ -268,6 +268,8 @@ class Tool:
                 value = _background_loop().run(self.fn(*args, **kwargs), limit)
             else:
                 value = _WORKERS.run(self.fn, args, kwargs, limit)
+                if inspect.iscoroutine(value):  # a sync wrapper around an async function
+                    value = _background_loop().run(value, limit)
         except _Timeout:
             return self._timeout_result(limit)
         except KeyboardInterrupt:  # the caller's Ctrl-C while it waits
@@ -287,6 +289,8 @@ class Tool:
                 value = await _guard(self.fn(*args, **kwargs), limit)
             else:
                 value = await _guard(_WORKERS.submit(self.fn, args, kwargs).wrap(), limit)
+                if inspect.iscoroutine(value):  # a sync wrapper around an async function
+                    value = await _guard(value, limit)
         except _Timeout:
             return self._timeout_result(limit)
         except asyncio.CancelledError:

@@ -334,6 +334,20 @@ def test_tool_must_be_the_outermost_decorator():
     def outer(x: int) -> int:
         return x
 
+    def sync_wrapper(fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            return fn(*a, **k)  # returns the coroutine
+        return wrapper
+
+    @tool
+    @sync_wrapper
+    async def hidden_async(x: int) -> int:
+        await asyncio.sleep(0)
+        return x + 1
+
+    assert dispatch(module_of(hidden_async), "hidden_async", {"x": 1})["structuredContent"] == {"result": 2}
+    assert asyncio.run(adispatch(module_of(hidden_async), "hidden_async", {"x": 1}))["structuredContent"] == {"result": 2}
     with pytest.raises(ToolDefinitionError, match="put @tool above"):
         tool_table(module_of(inner))
     assert dispatch(module_of(outer), "outer", {"x": 2})["structuredContent"] == {"result": 2}

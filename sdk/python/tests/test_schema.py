@@ -416,6 +416,7 @@ def test_unsupported_hints_fail_at_decoration(fn, parts):
 @pytest.mark.parametrize("kwargs,part", [
     ({"name": "has space"}, "not a valid tool name"),
     ({"name": "x" * 129}, "not a valid tool name"),
+    ({"name": "trailing\n"}, "not a valid tool name"),
     ({"timeout": 0}, "timeout=0"),
     ({"timeout": True}, "timeout=True"),
     ({"timeout": float("inf")}, "timeout=inf"),
