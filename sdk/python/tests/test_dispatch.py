@@ -352,3 +352,25 @@ def test_tool_must_be_the_outermost_decorator():
         tool_table(module_of(inner))
     assert dispatch(module_of(outer), "outer", {"x": 2})["structuredContent"] == {"result": 2}
     assert get_tool(outer).input_schema["required"] == ["x"]  # the signature seen through functools.wraps
+
+
+def test_postponed_annotations(tmp_path):
+    """`from __future__ import annotations` (hints as strings) resolves in the tools file's namespace."""
+    path = tmp_path / "future_tools.py"
+    path.write_text(
+        "from __future__ import annotations\n"
+        "import dataclasses\n"
+        "from typing import List, Optional\n"
+        "from forge_tools import tool\n"
+        "@dataclasses.dataclass\n"
+        "class Node:\n"
+        "    name: str\n"
+        "    children: List[Node] = dataclasses.field(default_factory=list)\n"
+        "@tool\n"
+        "def count(root: Node, limit: Optional[int] = None) -> int:\n"
+        "    return 1 + sum(count(c) for c in root.children)\n"
+    )
+    m = load(path)
+    assert tool_table(m)[0]["inputSchema"]["properties"]["root"] == {"$ref": "#/$defs/Node"}
+    res = dispatch(m, "count", {"root": {"name": "a", "children": [{"name": "b"}, {"name": "c"}]}})
+    assert res["structuredContent"] == {"result": 3}
