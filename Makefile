@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build image image-data test-images run test test-clients bench lint clean
+.PHONY: FORCE all deps build image image-data test-images run test test-sdk test-clients bench lint clean
 
 all: build
 
@@ -57,7 +57,12 @@ test-images: image image-data
 
 test: build test-images
 	$(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
+	$(MAKE) --no-print-directory test-sdk
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
+
+# forge_tools (sdk/python): pytest, with pydantic (installed into a venv if missing).
+test-sdk:
+	sdk/python/test.sh
 
 test-clients:
 	scripts/test-clients.sh
@@ -65,6 +70,7 @@ test-clients:
 bench: build image
 	$(GO) test $(GOFLAGS) -run '^$$' -bench . -benchtime 200x ./...
 	$(BIN) bench
+	PYTHONPATH=sdk/python python3 -m forge_tools bench
 
 lint:
 	gofmt -l . | (! grep .)

