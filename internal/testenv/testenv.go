@@ -191,28 +191,54 @@ func RepoRoot() string {
 	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
 }
 
-// MCPServer builds testdata/mcpserver (a small stdio MCP server with tools
-// add, echo, fail, env_probe, …) once per test binary and returns its path.
+// MCPServer returns the path of testdata/mcpserver (a small stdio MCP
+// server with tools add, echo, fail, crash, env_probe, …). The Makefile
+// builds it into bin/mcpserver before the tests and names it in
+// FORGE_TEST_MCPSERVER, so the tests need no Go toolchain at run time; only
+// when no built binary is there (or it is older than its source) is it
+// built here, once per test binary.
 func MCPServer(t testing.TB) string {
 	t.Helper()
 	mcpServer.once.Do(func() {
-		dir, err := os.MkdirTemp("", "forge-mcpserver-")
-		if err != nil {
-			mcpServer.err = err
-			return
-		}
-		mcpServer.path = filepath.Join(dir, "mcpserver")
-		cmd := exec.Command("go", "build", "-o", mcpServer.path, "./testdata/mcpserver")
-		cmd.Dir = RepoRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			mcpServer.err = fmt.Errorf("building testdata/mcpserver: %v\n%s", err, out)
-		}
+		mcpServer.path, mcpServer.err = findMCPServer()
 	})
 	if mcpServer.err != nil {
 		t.Fatal(mcpServer.err)
 	}
 	return mcpServer.path
+}
+
+func findMCPServer() (string, error) {
+	if p := os.Getenv("FORGE_TEST_MCPSERVER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("FORGE_TEST_MCPSERVER: %w (make test builds it)", err)
+		}
+		return p, nil
+	}
+	built := filepath.Join(RepoRoot(), "bin", "mcpserver")
+	bst, berr := os.Stat(built)
+	src, serr := os.Stat(filepath.Join(RepoRoot(), "testdata", "mcpserver", "main.go"))
+	_, noGo := exec.LookPath("go")
+	switch {
+	case berr == nil && (serr != nil || !bst.ModTime().Before(src.ModTime())):
+		return built, nil
+	case berr == nil && noGo != nil:
+		return built, nil // older than its source, but nothing can rebuild it
+	case noGo != nil:
+		return "", fmt.Errorf("no %s and no go toolchain to build testdata/mcpserver: run make bin/mcpserver, or set FORGE_TEST_MCPSERVER", built)
+	}
+	dir, err := os.MkdirTemp("", "forge-mcpserver-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "mcpserver")
+	cmd := exec.Command("go", "build", "-o", path, "./testdata/mcpserver")
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building testdata/mcpserver: %v\n%s", err, out)
+	}
+	return path, nil
 }
 
 // Main is the TestMain of packages whose tests start sandboxes: the re-exec
