@@ -105,7 +105,7 @@ func Close() error {
 type LeakCheck func(state string, pid int) []string
 
 // LeakChecks are run by Leftovers and LeftoversOf.
-var LeakChecks = []LeakCheck{containerStateLeft, cgroupsLeft, processesLeft}
+var LeakChecks = []LeakCheck{containerStateLeft, cgroupsLeft, processesLeft, bridgeDirsLeft}
 
 func prefixOf(pid int) string { return fmt.Sprint(pid) + "-" }
 
@@ -117,6 +117,16 @@ func containerStateLeft(state string, pid int) []string {
 		if strings.HasPrefix(d.Name(), prefixOf(pid)) {
 			left = append(left, "libcontainer state "+d.Name())
 		}
+	}
+	return left
+}
+
+// bridgeDirsLeft: code-mode bridge dirs of pid's sandboxes.
+func bridgeDirsLeft(state string, pid int) []string {
+	var left []string
+	m, _ := filepath.Glob(filepath.Join(state, "bridge", prefixOf(pid)+"*"))
+	for _, p := range m {
+		left = append(left, "bridge dir "+p)
 	}
 	return left
 }

@@ -95,6 +95,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	if err != nil {
 		return nil, err
 	}
+	removeDeadBridgeDirs(cfg.StateDir, opts.Logger)
 	// The host uid the sandbox user maps to: owner of its bridge socket and
 	// of files restored into its /workspace.
 	hostUID := int(cfg.Security.UIDMapBase + cfg.Security.SandboxUID)

@@ -15,13 +15,18 @@ import (
 )
 
 // serveConfig is forge serve's config for the process tests: a small pool,
-// persistent sessions that never idle out during the test.
+// persistent sessions that never idle out during the test, and code mode
+// (every sandbox gets a bridge dir in the state dir, which a killed process
+// leaves behind).
 const serveConfig = `pool:
   enabled: true
   size: 1
 sessions:
   persist: true
   idle_timeout: 1h
+mcp_tools:
+  test:
+    command: %q
 `
 
 // TestKilledServe kills forge serve with SIGKILL while an execution runs,
@@ -36,7 +41,7 @@ sessions:
 func TestKilledServe(t *testing.T) {
 	state := dedicatedStateDir(t)
 	config := filepath.Join(t.TempDir(), "forge.yaml")
-	if err := os.WriteFile(config, []byte(serveConfig), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(serveConfig, testenv.MCPServer(t))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	kept := fmt.Sprintf("kept-%d", os.Getpid())
@@ -74,6 +79,13 @@ func TestKilledServe(t *testing.T) {
 	c := startServe(t, state, config)
 	if err := testenv.LeftoversOf(state, b.pid()); err != nil {
 		t.Errorf("after the restart, the killed process's orphans remain: %v", err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(state, "bridge")); err == nil {
+		for _, d := range ents {
+			if !strings.HasPrefix(d.Name(), fmt.Sprintf("%d-", c.pid())) {
+				t.Errorf("after the restart, bridge dir %s is not the new process's", d.Name())
+			}
+		}
 	}
 	statuses := listSessions(t, c)
 	if got := statuses[live]; got != "lost" {
