@@ -636,6 +636,9 @@ func (m *Manager) State(ctx context.Context, id string) (*Meta, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
+		if err == nil && meta.OwnerPid != os.Getpid() && !processAlive(meta.OwnerPid) {
+			orphanedLocked(meta) // as the next call will find it
+		}
 		return meta, err
 	}
 	var out Meta
