@@ -60,11 +60,11 @@ test-images: image image-data
 MCPSERVER := bin/mcpserver
 $(MCPSERVER): FORCE
 	CGO_ENABLED=0 $(GO) build -o $@ ./testdata/mcpserver
-export FORGE_TEST_MCPSERVER := $(CURDIR)/$(MCPSERVER)
+TESTENV   := FORGE_TEST_MCPSERVER=$(CURDIR)/$(MCPSERVER)
 
 # test/stress runs its short form here (FORGE_STRESS_RUNS unset).
 test: build test-images $(MCPSERVER)
-	$(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
+	$(TESTENV) $(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
 
 test-clients:
@@ -75,7 +75,7 @@ test-clients:
 # reports is forge's own; make test runs the short form with -race.
 STRESS_RUNS ?= 10000
 stress: build test-images $(MCPSERVER)
-	FORGE_STRESS_RUNS=$(STRESS_RUNS) $(GO) test $(GOFLAGS) -count=1 -timeout 60m -v ./test/stress
+	$(TESTENV) FORGE_STRESS_RUNS=$(STRESS_RUNS) $(GO) test $(GOFLAGS) -count=1 -timeout 60m -v ./test/stress
 
 # Every fuzz target for FUZZTIME each; the corpus lives in each package's
 # testdata/fuzz/<Target>, and new failing inputs land there too.
