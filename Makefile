@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build image image-data test-images run test test-sdk test-clients bench lint clean
+.PHONY: FORCE all deps build image image-data test-images run test test-sdk test-clients stress fuzz bench lint clean
 
 all: build
 
@@ -55,8 +55,16 @@ test-images: image image-data
 	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python_3.11
 	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python-data_3.11
 
-test: build test-images
-	$(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
+# The downstream MCP server of the code-mode tests (internal/testenv.MCPServer),
+# built here so the tests need no Go toolchain when they run.
+MCPSERVER := bin/mcpserver
+$(MCPSERVER): FORCE
+	CGO_ENABLED=0 $(GO) build -o $@ ./testdata/mcpserver
+TESTENV   := FORGE_TEST_MCPSERVER=$(CURDIR)/$(MCPSERVER)
+
+# test/stress runs its short form here (FORGE_STRESS_RUNS unset).
+test: build test-images $(MCPSERVER)
+	$(TESTENV) $(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
 	$(MAKE) --no-print-directory test-sdk
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
 
@@ -66,6 +74,19 @@ test-sdk:
 
 test-clients:
 	scripts/test-clients.sh
+
+# The full stress and fault suite (test/stress): STRESS_RUNS executions at
+# concurrency 8, then the fault tests. Without -race, so the throughput it
+# reports is forge's own; make test runs the short form with -race.
+STRESS_RUNS ?= 10000
+stress: build test-images $(MCPSERVER)
+	$(TESTENV) FORGE_STRESS_RUNS=$(STRESS_RUNS) $(GO) test $(GOFLAGS) -count=1 -timeout 60m -v ./test/stress
+
+# Every fuzz target for FUZZTIME each; the corpus lives in each package's
+# testdata/fuzz/<Target>, and new failing inputs land there too.
+FUZZTIME ?= 20s
+fuzz:
+	GO='$(GO)' GOFLAGS_TAGS='$(TAGS)' FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 bench: build image
 	$(GO) test $(GOFLAGS) -run '^$$' -bench . -benchtime 200x ./...

@@ -98,8 +98,96 @@ func Close() error {
 	return err
 }
 
-// Leftovers reports sandboxes, libcontainer state dirs, cgroups and host id
-// leases of this process that still exist.
+// A LeakCheck lists what the forge process pid left behind that belongs to
+// it alone (under the state dir, or host-wide like cgroups), one line per
+// thing. Leftovers and LeftoversOf run every check in LeakChecks: a part of
+// forge that gains a per-process resource (uid-range leases, say) appends a
+// check for it here, and every test that checks for leaks covers it.
+type LeakCheck func(state string, pid int) []string
+
+// LeakChecks are run by Leftovers and LeftoversOf.
+var LeakChecks = []LeakCheck{containerStateLeft, cgroupsLeft, processesLeft, bridgeDirsLeft, leasesLeft}
+
+func prefixOf(pid int) string { return fmt.Sprint(pid) + "-" }
+
+// containerStateLeft: libcontainer state dirs of pid's sandboxes.
+func containerStateLeft(state string, pid int) []string {
+	var left []string
+	ents, _ := os.ReadDir(filepath.Join(state, "containers"))
+	for _, d := range ents {
+		if strings.HasPrefix(d.Name(), prefixOf(pid)) {
+			left = append(left, "libcontainer state "+d.Name())
+		}
+	}
+	return left
+}
+
+// leasesLeft: host id blocks pid still holds as live (runtime/idmap).
+func leasesLeft(state string, pid int) []string {
+	leases, err := idmap.Leases(state)
+	if err != nil {
+		return []string{"reading host id leases: " + err.Error()}
+	}
+	var left []string
+	for _, l := range leases {
+		if l.Pid == pid {
+			left = append(left, "host id lease "+l.Range.String())
+		}
+	}
+	return left
+}
+
+// bridgeDirsLeft: code-mode bridge dirs of pid's sandboxes.
+func bridgeDirsLeft(state string, pid int) []string {
+	var left []string
+	m, _ := filepath.Glob(filepath.Join(state, "bridge", prefixOf(pid)+"*"))
+	for _, p := range m {
+		left = append(left, "bridge dir "+p)
+	}
+	return left
+}
+
+// cgroupsLeft: cgroups of pid's sandboxes, in every hierarchy.
+func cgroupsLeft(_ string, pid int) []string {
+	var left []string
+	for _, pat := range []string{"/sys/fs/cgroup/*/forge/" + prefixOf(pid) + "*", "/sys/fs/cgroup/forge/" + prefixOf(pid) + "*"} {
+		m, _ := filepath.Glob(pat)
+		for _, p := range m {
+			left = append(left, "cgroup "+p)
+		}
+	}
+	return left
+}
+
+// processesLeft: processes still in one of pid's sandbox cgroups. Zombies
+// do not count: the init of a sandbox whose forge process was killed is
+// reparented to the host's PID 1, which reaps it in its own time.
+func processesLeft(_ string, pid int) []string {
+	var left []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "/forge/"+prefixOf(pid)) || zombie(filepath.Dir(p)) {
+			continue
+		}
+		left = append(left, "process "+filepath.Base(filepath.Dir(p)))
+	}
+	return left
+}
+
+func zombie(proc string) bool {
+	b, err := os.ReadFile(filepath.Join(proc, "stat"))
+	if err != nil {
+		return true // gone meanwhile
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// Leftovers reports sandboxes of rt that are still live, and what the
+// LeakChecks find of this process. Mounts are not checked: the image store is
+// shared within a process (see MountsLeft).
 func Leftovers(rt *sandbox.Runtime, state string) error {
 	var problems []string
 	if rt != nil {
@@ -107,35 +195,33 @@ func Leftovers(rt *sandbox.Runtime, state string) error {
 			problems = append(problems, fmt.Sprintf("%d sandboxes still live", n))
 		}
 	}
-	prefix := fmt.Sprint(os.Getpid()) + "-"
-	ents, _ := os.ReadDir(filepath.Join(state, "containers"))
-	for _, d := range ents {
-		if strings.HasPrefix(d.Name(), prefix) {
-			problems = append(problems, "libcontainer state "+d.Name())
+	for _, c := range LeakChecks {
+		problems = append(problems, c(state, os.Getpid())...)
+	}
+	return leftError(problems)
+}
+
+// LeftoversOf reports what the LeakChecks find of forge process pid, plus
+// its image mounts and run dir: for a process that has ended (a killed
+// forge serve, once another forge process started on the state dir) or
+// closed everything.
+func LeftoversOf(state string, pid int) error {
+	var problems []string
+	for _, c := range LeakChecks {
+		problems = append(problems, c(state, pid)...)
+	}
+	if err := mountsOf(state, pid); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if pid != os.Getpid() {
+		if _, err := os.Stat(filepath.Join(state, "run", fmt.Sprint(pid))); err == nil {
+			problems = append(problems, "run dir "+filepath.Join(state, "run", fmt.Sprint(pid)))
 		}
 	}
-	for _, pat := range []string{"/sys/fs/cgroup/*/forge/" + prefix + "*", "/sys/fs/cgroup/forge/" + prefix + "*"} {
-		m, _ := filepath.Glob(pat)
-		for _, p := range m {
-			problems = append(problems, "cgroup "+p)
-		}
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
-	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(string(b), "/forge/"+prefix) {
-			problems = append(problems, "process "+filepath.Base(filepath.Dir(p)))
-		}
-	}
-	leases, err := idmap.Leases(state)
-	if err != nil {
-		problems = append(problems, "reading host id leases: "+err.Error())
-	}
-	for _, l := range leases {
-		if l.Pid == os.Getpid() {
-			problems = append(problems, "host id lease "+l.Range.String())
-		}
-	}
+	return leftError(problems)
+}
+
+func leftError(problems []string) error {
 	if len(problems) > 0 {
 		return fmt.Errorf("left behind: %s", strings.Join(problems, "; "))
 	}
@@ -143,12 +229,16 @@ func Leftovers(rt *sandbox.Runtime, state string) error {
 }
 
 // MountsLeft reports mounts of this process's image store still present.
-func MountsLeft(state string) error {
+func MountsLeft(state string) error { return mountsOf(state, os.Getpid()) }
+
+// mountsOf reports mounts under pid's run dir of the image store (forge
+// shares the host's mount namespace, so they show in ours).
+func mountsOf(state string, pid int) error {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return err
 	}
-	mine := filepath.Join(state, "run", fmt.Sprint(os.Getpid())) + "/"
+	mine := filepath.Join(state, "run", fmt.Sprint(pid)) + "/"
 	var left []string
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], mine) {
@@ -201,28 +291,54 @@ func RepoRoot() string {
 	return filepath.Dir(filepath.Dir(filepath.Dir(file)))
 }
 
-// MCPServer builds testdata/mcpserver (a small stdio MCP server with tools
-// add, echo, fail, env_probe, …) once per test binary and returns its path.
+// MCPServer returns the path of testdata/mcpserver (a small stdio MCP
+// server with tools add, echo, fail, crash, env_probe, …). The Makefile
+// builds it into bin/mcpserver before the tests and names it in
+// FORGE_TEST_MCPSERVER, so the tests need no Go toolchain at run time; only
+// when no built binary is there (or it is older than its source) is it
+// built here, once per test binary.
 func MCPServer(t testing.TB) string {
 	t.Helper()
 	mcpServer.once.Do(func() {
-		dir, err := os.MkdirTemp("", "forge-mcpserver-")
-		if err != nil {
-			mcpServer.err = err
-			return
-		}
-		mcpServer.path = filepath.Join(dir, "mcpserver")
-		cmd := exec.Command("go", "build", "-o", mcpServer.path, "./testdata/mcpserver")
-		cmd.Dir = RepoRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			mcpServer.err = fmt.Errorf("building testdata/mcpserver: %v\n%s", err, out)
-		}
+		mcpServer.path, mcpServer.err = findMCPServer()
 	})
 	if mcpServer.err != nil {
 		t.Fatal(mcpServer.err)
 	}
 	return mcpServer.path
+}
+
+func findMCPServer() (string, error) {
+	if p := os.Getenv("FORGE_TEST_MCPSERVER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("FORGE_TEST_MCPSERVER: %w (make test builds it)", err)
+		}
+		return p, nil
+	}
+	built := filepath.Join(RepoRoot(), "bin", "mcpserver")
+	bst, berr := os.Stat(built)
+	src, serr := os.Stat(filepath.Join(RepoRoot(), "testdata", "mcpserver", "main.go"))
+	_, noGo := exec.LookPath("go")
+	switch {
+	case berr == nil && (serr != nil || !bst.ModTime().Before(src.ModTime())):
+		return built, nil
+	case berr == nil && noGo != nil:
+		return built, nil // older than its source, but nothing can rebuild it
+	case noGo != nil:
+		return "", fmt.Errorf("no %s and no go toolchain to build testdata/mcpserver: run make bin/mcpserver, or set FORGE_TEST_MCPSERVER", built)
+	}
+	dir, err := os.MkdirTemp("", "forge-mcpserver-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "mcpserver")
+	cmd := exec.Command("go", "build", "-o", path, "./testdata/mcpserver")
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building testdata/mcpserver: %v\n%s", err, out)
+	}
+	return path, nil
 }
 
 // Main is the TestMain of packages whose tests start sandboxes: the re-exec

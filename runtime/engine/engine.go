@@ -112,6 +112,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 			e.rt.Close()
 		}
 	}()
+	removeDeadBridgeDirs(cfg.StateDir, opts.Logger)
 	if len(cfg.MCPTools) > 0 {
 		e.bridge, err = bridge.New(ctx, bridge.Options{
 			Servers: bridge.ServersFromConfig(cfg.MCPTools), Logger: opts.Logger, Audit: opts.Audit,

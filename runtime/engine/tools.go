@@ -2,11 +2,17 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/sandbox"
@@ -28,13 +34,15 @@ func (e *Engine) ToolCatalog() []bridge.Tool {
 
 // newBridgeDir makes the per-sandbox directory mounted at /run/forge: never
 // shared, traversable by the sandbox user (the socket itself is 0600 and
-// owned by that user).
+// owned by that user). Its name starts with this process's pid, so that
+// a later forge process can remove it if this one is killed
+// (removeDeadBridgeDirs).
 func (e *Engine) newBridgeDir() (string, error) {
 	base := filepath.Join(e.cfg.StateDir, "bridge")
 	if err := os.MkdirAll(base, 0o711); err != nil {
 		return "", err
 	}
-	dir, err := os.MkdirTemp(base, "sb-")
+	dir, err := os.MkdirTemp(base, fmt.Sprintf("%d-", os.Getpid()))
 	if err != nil {
 		return "", err
 	}
@@ -111,4 +119,29 @@ func (e *Engine) dropGrant(id string) {
 	if sg != nil {
 		sg.g.Close()
 	}
+}
+
+// removeDeadBridgeDirs removes the bridge directories of forge processes
+// that are gone: a killed process never ran its sandboxes' OnDestroy. Their
+// sandboxes were removed before (sandbox.NewRuntime), so nothing mounts them.
+func removeDeadBridgeDirs(stateDir string, log *slog.Logger) {
+	base := filepath.Join(stateDir, "bridge")
+	ents, _ := os.ReadDir(base)
+	for _, d := range ents {
+		p, _, ok := strings.Cut(d.Name(), "-")
+		pid, err := strconv.Atoi(p)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(base, d.Name())); err != nil {
+			log.Warn("removing a dead forge process's bridge directory", "dir", d.Name(), "err", err)
+		}
+	}
+}
+
+// processAlive reports whether pid exists; a reused pid only keeps a
+// directory longer.
+func processAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }

@@ -73,8 +73,11 @@ type Options struct {
 	WarmModules []string
 	// Calm is how long after the pool last ran dry (a miss) it warms new
 	// sandboxes again; default 2s.
-	Calm   time.Duration
-	Start  StartFunc
+	Calm  time.Duration
+	Start StartFunc
+	// Now is the pool's clock (default time.Now): calm periods and idle
+	// ages are measured on it, so tests can hold time still.
+	Now    func() time.Time
 	Logger *slog.Logger
 }
 
@@ -144,6 +147,9 @@ func New(opts Options) *Pool {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{opts: opts, log: opts.Logger.With("pool", opts.Name), wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	p.stats.Name, p.stats.Size = opts.Name, opts.Size
@@ -183,7 +189,7 @@ func (p *Pool) Acquire(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err
 	}
 	p.count(func(st *Stats) { st.Misses++; st.ColdStarts++ })
 	p.mu.Lock()
-	p.lastMiss = time.Now()
+	p.lastMiss = p.opts.Now()
 	p.mu.Unlock()
 	p.kick()
 	// Once calm, unwarmed sandboxes get their imports (see warmOne).
@@ -215,7 +221,7 @@ func (p *Pool) take() *slot {
 
 // calm reports whether the pool has not run dry for Options.Calm. p.mu held.
 func (p *Pool) calm() bool {
-	return p.lastMiss.IsZero() || time.Since(p.lastMiss) >= p.opts.Calm
+	return p.lastMiss.IsZero() || p.opts.Now().Sub(p.lastMiss) >= p.opts.Calm
 }
 
 // wakeUp resumes a paused sandbox and pings its agent: a sandbox killed
@@ -402,7 +408,7 @@ func (p *Pool) fillOne() {
 		_ = sb.Destroy()
 		return
 	}
-	p.ready = append(p.ready, &slot{sb: sb, status: Ready, readyAt: time.Now(), warm: warm})
+	p.ready = append(p.ready, &slot{sb: sb, status: Ready, readyAt: p.opts.Now(), warm: warm})
 	p.mu.Unlock()
 	p.kick() // a full pool may warm what it holds unwarmed
 	p.log.Debug("sandbox ready in pool", "sandbox", sb.ID())
@@ -462,7 +468,7 @@ func (p *Pool) recycleOld() {
 	var old []*slot
 	keep := p.ready[:0]
 	for _, s := range p.ready {
-		if time.Since(s.readyAt) > p.opts.MaxIdleAge || !s.sb.Alive() {
+		if p.opts.Now().Sub(s.readyAt) > p.opts.MaxIdleAge || !s.sb.Alive() {
 			s.move(Ready, Destroyed)
 			old = append(old, s)
 			continue

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
@@ -109,12 +108,14 @@ func TestAgentBytecodeUnusable(t *testing.T) {
 	}
 }
 
-// freshRuntime is a runtime of its own on the shared state dir, for tests
-// that change what the runtime remembers.
+// freshRuntime is a runtime of its own on a state dir of its own, for tests
+// that change what the runtime remembers or remove its agent directory and
+// bytecode: in the shared state dir those are shared by every test process
+// of the same build, whose sandboxes would fail to start meanwhile.
 func freshRuntime(t *testing.T) (*sandbox.Runtime, string) {
 	t.Helper()
 	_, root := setup(t)
-	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath()})
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -711,11 +711,32 @@ func (s *Sandbox) Pause() error {
 	if s.paused {
 		return nil
 	}
-	if err := s.c.Pause(); err != nil {
+	if err := s.freezeLocked(); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", s.id, err)
 	}
 	s.paused = true
 	return nil
+}
+
+// freezeTries bounds the attempts to pause a sandbox. The cgroup v1 freezer
+// gives up ("unable to freeze") after about 200 ms while a process of the
+// sandbox sits in an uninterruptible sleep, which on a loaded host (disk
+// I/O of an agent starting up) happens; a later attempt succeeds. libcontainer
+// thaws the cgroup after each failed attempt, so retrying is safe.
+const freezeTries = 10
+
+func (s *Sandbox) freezeLocked() error {
+	var err error
+	for i := 0; i < freezeTries; i++ {
+		if err = s.c.Pause(); err == nil {
+			return nil
+		}
+		if st, serr := s.c.Status(); serr != nil || st != libcontainer.Running {
+			return err // dead or dying: no point in retrying
+		}
+		time.Sleep(time.Duration(i+1) * 20 * time.Millisecond)
+	}
+	return fmt.Errorf("%d attempts: %w", freezeTries, err)
 }
 
 // Resume thaws the sandbox; resuming a running sandbox is a no-op.

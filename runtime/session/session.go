@@ -291,6 +291,7 @@ func (m *Manager) claim(ctx context.Context, k key, image string, create bool) (
 			lock.Close()
 			return nil, err
 		}
+		orphanedLocked(meta)
 	} else {
 		now := time.Now().UTC()
 		meta = &Meta{ID: id, Owner: k.owner, Image: image, Created: now, LastActive: now, Status: Hibernated}
@@ -348,6 +349,24 @@ func (m *Manager) lock(ctx context.Context, dir, id string) (*os.File, error) {
 	}
 }
 
+// orphanedLocked marks a session lost whose meta says it was live in a
+// forge process that ended without hibernating it (killed, crashed): its
+// sandbox, namespace and tmpfs /workspace died with that process, and
+// whatever an earlier hibernation saved is older than what the caller last
+// saw, so it is not brought back. The caller holds the session's file lock,
+// so no live process owns it.
+func orphanedLocked(meta *Meta) {
+	if meta.Status != Active && meta.Status != Hibernating {
+		return
+	}
+	how := "ended"
+	if meta.Status == Hibernating {
+		how = "ended while hibernating it"
+	}
+	meta.Status = Lost
+	meta.LostReason = fmt.Sprintf("forge process %d %s without saving it (killed or crashed); its sandbox died with it", meta.OwnerPid, how)
+}
+
 // ensureSandboxLocked gives the session a running sandbox.
 func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 	if s.sb != nil {
@@ -361,6 +380,7 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 	switch s.meta.Status {
 	case Lost:
 		notes = append(notes, fmt.Sprintf("session %s was lost (%s); this call starts a fresh namespace and an empty /workspace", s.meta.ID, s.meta.LostReason))
+		dropSaved(s.dir())
 	}
 	sb, err := m.opts.Start(ctx, s.meta.Image)
 	if err != nil {
@@ -469,9 +489,14 @@ func (s *Session) dropSandboxLocked(reason string) {
 	}
 	s.meta.Status, s.meta.LostReason = Lost, reason
 	// What was saved before is no longer the session's state.
-	dir := s.dir()
+	dropSaved(s.dir())
+}
+
+// dropSaved removes a session's saved variables and /workspace copy.
+func dropSaved(dir string) {
 	os.RemoveAll(filepath.Join(dir, "workspace"))
 	os.Remove(filepath.Join(dir, "state.pkl"))
+	os.RemoveAll(filepath.Join(dir, ".save"))
 }
 
 func (s *Session) saveLocked() error { return writeMeta(s.dir(), &s.meta) }
@@ -510,7 +535,9 @@ func (s *Session) hibernateLocked(ctx context.Context, force bool) error {
 	dir := s.dir()
 	s.meta.Status = Hibernating
 	if err := s.saveLocked(); err != nil {
-		return err
+		// Nothing was touched: the session stays live.
+		s.meta.Status = Active
+		return fmt.Errorf("hibernating session %s (kept live): saving its metadata: %w", s.meta.ID, err)
 	}
 	err := s.saveStateLocked(ctx, dir)
 	if err != nil && !force && s.sb.Alive() {
@@ -555,6 +582,9 @@ func (s *Session) saveStateLocked(ctx context.Context, dir string) error {
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return err
 	}
+	// A half-written copy (a full disk) must not keep the space it took:
+	// the metadata written next needs it.
+	defer os.RemoveAll(tmp)
 	if err := copyOut(root+sandbox.WorkspacePath, filepath.Join(tmp, "workspace"), s.m.opts.Quota); err != nil {
 		return fmt.Errorf("saving /workspace: %w", err)
 	}
@@ -664,6 +694,9 @@ func (m *Manager) State(ctx context.Context, owner, id string) (*Meta, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
+		if err == nil && meta.OwnerPid != os.Getpid() && !processAlive(meta.OwnerPid) {
+			orphanedLocked(meta) // as the next call will find it
+		}
 		return meta, err
 	}
 	var out Meta
@@ -712,6 +745,9 @@ func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
 			if err != nil {
 				continue
 			}
+			if meta.OwnerPid != os.Getpid() && !processAlive(meta.OwnerPid) {
+				orphanedLocked(meta) // as the next call will find it
+			}
 			info = Info{ID: meta.ID, Image: meta.Image, Created: meta.Created, LastActive: meta.LastActive,
 				Status: meta.Status, VariableCount: meta.VariableCount}
 		}
@@ -719,6 +755,16 @@ func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out, nil
+}
+
+// processAlive reports whether pid exists (a reused pid only keeps a dead
+// owner's session looking live in List until it is next called).
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 func (s *Session) infoLocked() Info {
