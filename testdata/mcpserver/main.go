@@ -1,5 +1,5 @@
 // Command mcpserver is a small stdio MCP server used by forge's tests as a
-// real downstream server of the code-mode bridge (server/bridge).
+// real downstream server of the code-mode bridge (runtime/bridge).
 //
 // Its tool names can be renamed with -prefix so that two instances offer
 // different (or, without it, the same) tools; -hostile adds a tool whose
