@@ -120,6 +120,12 @@ func scanProc(procDir string, reserved Range) (*procIDs, error) {
 		}
 		for line := range strings.SplitSeq(string(b), "\n") {
 			k, v, ok := strings.Cut(line, ":")
+			if k == "State" && strings.HasPrefix(strings.TrimSpace(v), "Z") {
+				// A zombie runs nothing and cannot be signalled into
+				// doing anything: the init of a killed forge's sandbox
+				// stays one until the host's PID 1 reaps it.
+				break
+			}
 			if !ok || (k != "Uid" && k != "Gid") {
 				continue
 			}

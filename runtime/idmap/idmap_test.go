@@ -226,10 +226,10 @@ func TestGeometryMustAgree(t *testing.T) {
 }
 
 // writeStatus makes a fake /proc/<pid>/status with the given ids.
-func writeStatus(t *testing.T, proc string, pid int, uid, gid uint32) {
+func writeStatus(t *testing.T, proc string, pid int, state string, uid, gid uint32) {
 	t.Helper()
 	writeFiles(t, proc, map[string]string{
-		fmt.Sprintf("%d/status", pid): fmt.Sprintf("Name:\tpython3\nUid:\t%d\t%d\t%d\t%d\nGid:\t%d\t%d\t%d\t%d\n", uid, uid, uid, uid, gid, gid, gid, gid),
+		fmt.Sprintf("%d/status", pid): fmt.Sprintf("Name:\tpython3\nState:\t%s\nUid:\t%d\t%d\t%d\t%d\nGid:\t%d\t%d\t%d\t%d\n", state, uid, uid, uid, uid, gid, gid, gid, gid),
 	})
 }
 
@@ -240,19 +240,22 @@ func TestDeadOwnersLease(t *testing.T) {
 	const start = 0x70000000
 	tests := []struct {
 		name      string
-		uid, gid  uint32 // of the one process in /proc
+		state     string // of the one process in /proc
+		uid, gid  uint32
 		reclaimed bool
 	}{
-		{"no process in the block", 0, 0, true},
-		{"sandbox user left", start + 1000, start + 1000, false},
-		{"container root left", start, start, false},
-		{"only its gid", 0, start + 65535, false},
-		{"a process of the next block", start + 65536, start + 65536, true},
+		{"no process in the block", "S (sleeping)", 0, 0, true},
+		{"sandbox user left", "S (sleeping)", start + 1000, start + 1000, false},
+		{"container root left", "R (running)", start, start, false},
+		{"only its gid", "S (sleeping)", 0, start + 65535, false},
+		{"a process of the next block", "S (sleeping)", start + 65536, start + 65536, true},
+		{"only a zombie left (a killed forge's sandbox init)", "Z (zombie)", start + 1000, start + 1000, true},
+		{"a stopped process left", "T (stopped)", start + 1000, start + 1000, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, proc := t.TempDir(), t.TempDir()
-			writeStatus(t, proc, 4242, tc.uid, tc.gid)
+			writeStatus(t, proc, 4242, tc.state, tc.uid, tc.gid)
 			writeFiles(t, dir, map[string]string{fmt.Sprintf("idmap/%d", start): fmt.Sprintf("999999 %d 65536 live\n", start)})
 			a := newAlloc(t, dir, 1, proc)
 			l, err := a.Allocate()
