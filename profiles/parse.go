@@ -207,11 +207,21 @@ func (w *walker) pairs(n *yaml.Node, path string, f func(key string, k, v *yaml.
 	}
 }
 
+// retired are fields older versions had, with what replaced them: a config
+// that still sets one is refused with the way out, not only "unknown".
+var retired = map[string]string{
+	"security.uid_map_base": "every sandbox now maps onto its own block of host ids, drawn from security.uid_range_start/uid_range_size (see forge doctor); remove the field",
+}
+
 func (w *walker) object(n *yaml.Node, v reflect.Value, path string) {
 	w.pairs(n, path, func(key string, k, val *yaml.Node) {
 		p := joinPath(path, key)
 		i := fieldIndex(v.Type(), key)
 		if i < 0 {
+			if hint, ok := retired[p]; ok {
+				w.fail(p, k, fmt.Errorf("%w: %s", ErrUnknownField, hint))
+				return
+			}
 			w.fail(p, k, ErrUnknownField)
 			return
 		}

@@ -149,6 +149,7 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown field", "execution:\n  timeot: 5\n", ErrUnknownField, []string{"execution.timeot: unknown field (line 2)"}},
 		{"unknown section", "exekution: {}\n", ErrUnknownField, []string{"exekution: unknown field"}},
+		{"retired field", "security:\n  uid_map_base: 100000\n", ErrUnknownField, []string{"security.uid_map_base: unknown field: every sandbox now maps onto its own block", "uid_range_start", "(line 2)"}},
 		{"unknown nested in map", "mcp_tools:\n  gh:\n    comand: x\n", ErrUnknownField, []string{"mcp_tools.gh.comand: unknown field (line 3)"}},
 		{"unknown in profile", "profiles: {p: {mem: 1g}}", ErrUnknownField, []string{"profiles.p.mem: unknown field"}},
 		{"bad int", "pool:\n  size: lots\n", ErrInvalidValue, []string{`pool.size: invalid value: "lots" is not an integer (line 2)`}},
