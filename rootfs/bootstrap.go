@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/mcp-forge/forge/internal/cachedir"
 	"io"
 	"os"
 	"os/exec"
@@ -17,6 +16,9 @@ import (
 	"time"
 
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/mcp-forge/forge/internal/cachedir"
+	"github.com/mcp-forge/forge/internal/proc"
 )
 
 // Defaults of BootstrapOptions.
@@ -186,7 +188,7 @@ func newBootstrapWorkDir(cacheDir string) (string, error) {
 	entries, _ := os.ReadDir(tmpRoot)
 	for _, e := range entries {
 		var pid int
-		if _, err := fmt.Sscanf(e.Name(), "bootstrap-%d-", &pid); err == nil && !processAlive(pid) {
+		if _, err := fmt.Sscanf(e.Name(), "bootstrap-%d-", &pid); err == nil && !proc.Alive(pid) {
 			removeTree(filepath.Join(tmpRoot, e.Name()))
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"go.podman.io/storage"
 	"golang.org/x/sys/unix"
+
+	"github.com/mcp-forge/forge/internal/proc"
 )
 
 // RootFS is a shared, read-only root file system of an image. All holders
@@ -225,7 +227,7 @@ func ownersIn(parent string) []owner {
 			alive = ownerAlive(string(data))
 		} else {
 			// Not written yet (the owner is inside Open) or lost: trust the pid.
-			alive = processAlive(pid)
+			alive = proc.Alive(pid)
 		}
 		owners = append(owners, owner{pid: pid, dir: dir, alive: alive})
 	}

@@ -37,15 +37,6 @@ func processStartTime(pid int) (string, error) {
 	return fields[19], nil // field 22 overall; fields[0] is field 3
 }
 
-// processAlive reports whether pid exists (any start time).
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
-}
-
 // ownerID identifies this process across pid reuse: "PID STARTTIME".
 func ownerID(pid int) (string, error) {
 	st, err := processStartTime(pid)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 
 	"go.podman.io/storage"
+
+	"github.com/mcp-forge/forge/internal/proc"
 )
 
 // Report says what GC repaired.
@@ -94,7 +96,7 @@ func (s *Store) removeAbandonedImports(rep *Report) error {
 	}
 	for _, img := range imgs {
 		for _, n := range img.Names {
-			if pid := placeholderPid(n); pid > 0 && pid != os.Getpid() && !processAlive(pid) {
+			if pid := placeholderPid(n); pid > 0 && pid != os.Getpid() && !proc.Alive(pid) {
 				if isPlaceholderOnly(img.Names) {
 					if _, err := s.store.DeleteImage(img.ID, true); err == nil {
 						rep.Images = append(rep.Images, img.ID)

@@ -2,18 +2,14 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/mcp-forge/forge/internal/proc"
 	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
@@ -128,20 +124,11 @@ func removeDeadBridgeDirs(stateDir string, log *slog.Logger) {
 	base := filepath.Join(stateDir, "bridge")
 	ents, _ := os.ReadDir(base)
 	for _, d := range ents {
-		p, _, ok := strings.Cut(d.Name(), "-")
-		pid, err := strconv.Atoi(p)
-		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+		if !proc.DeadOwner(d.Name()) {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(base, d.Name())); err != nil {
 			log.Warn("removing a dead forge process's bridge directory", "dir", d.Name(), "err", err)
 		}
 	}
-}
-
-// processAlive reports whether pid exists; a reused pid only keeps a
-// directory longer.
-func processAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
 }

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
-
-	"github.com/mcp-forge/forge/runtime/idmap"
 	"golang.org/x/sys/unix"
+
+	"github.com/mcp-forge/forge/internal/proc"
+	"github.com/mcp-forge/forge/runtime/idmap"
 )
 
 // CleanupReport says what Cleanup removed.
@@ -26,30 +25,6 @@ type CleanupReport struct {
 	LeasesBusy []idmap.Range `json:"leases_busy"`
 }
 
-// ownerPid extracts the forge process that created a sandbox from its id
-// ("<pid>-<random>").
-func ownerPid(id string) (int, bool) {
-	p, _, ok := strings.Cut(id, "-")
-	if !ok {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(p)
-	return pid, err == nil && pid > 0
-}
-
-// processAlive reports whether pid exists. A reused pid only makes clean-up
-// keep garbage longer, never remove a live sandbox.
-func processAlive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
-}
-
-// orphaned reports whether a sandbox id belongs to a forge process that is gone.
-func orphaned(id string) bool {
-	pid, ok := ownerPid(id)
-	return ok && pid != os.Getpid() && !processAlive(pid)
-}
-
 // Cleanup removes sandboxes and cgroups whose owning forge process is gone.
 // Sandboxes of live forge processes sharing the state dir are left alone.
 func (r *Runtime) Cleanup(ctx context.Context) (CleanupReport, error) {
@@ -60,7 +35,7 @@ func (r *Runtime) Cleanup(ctx context.Context) (CleanupReport, error) {
 	}
 	var errs []error
 	for _, e := range entries {
-		if !e.IsDir() || !orphaned(e.Name()) {
+		if !e.IsDir() || !proc.DeadOwner(e.Name()) {
 			continue
 		}
 		if err := r.destroyOrphan(ctx, e.Name()); err != nil {
@@ -121,7 +96,7 @@ func (r *Runtime) cleanupCgroups() ([]string, error) {
 			continue
 		}
 		for _, e := range entries {
-			if !e.IsDir() || !orphaned(e.Name()) {
+			if !e.IsDir() || !proc.DeadOwner(e.Name()) {
 				continue
 			}
 			p := filepath.Join(root, e.Name())

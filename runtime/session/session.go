@@ -30,6 +30,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mcp-forge/forge/internal/proc"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
@@ -694,7 +695,7 @@ func (m *Manager) State(ctx context.Context, owner, id string) (*Meta, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
-		if err == nil && meta.OwnerPid != os.Getpid() && !processAlive(meta.OwnerPid) {
+		if err == nil && meta.OwnerPid != os.Getpid() && !proc.Alive(meta.OwnerPid) {
 			orphanedLocked(meta) // as the next call will find it
 		}
 		return meta, err
@@ -745,7 +746,7 @@ func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
 			if err != nil {
 				continue
 			}
-			if meta.OwnerPid != os.Getpid() && !processAlive(meta.OwnerPid) {
+			if meta.OwnerPid != os.Getpid() && !proc.Alive(meta.OwnerPid) {
 				orphanedLocked(meta) // as the next call will find it
 			}
 			info = Info{ID: meta.ID, Image: meta.Image, Created: meta.Created, LastActive: meta.LastActive,
@@ -755,16 +756,6 @@ func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out, nil
-}
-
-// processAlive reports whether pid exists (a reused pid only keeps a dead
-// owner's session looking live in List until it is next called).
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
 }
 
 func (s *Session) infoLocked() Info {
