@@ -151,11 +151,10 @@ func (s *Sandbox) finish(res *kernel.Result, elapsed time.Duration, opts ExecOpt
 			tb += "\n"
 		}
 		res.Error = &kernel.ExecError{Type: ErrTypeProcessLimit, Message: msg, Traceback: tb + ErrTypeProcessLimit + ": " + msg}
-	case exited && code > 128 && code <= 128+64:
+	case exited && killedBySignal(code):
 		res.ExitCode = code
-		sig := unix.Signal(code - 128)
 		res.Error = &kernel.ExecError{Type: ErrTypeSignal,
-			Message: fmt.Sprintf("the Python process was killed by signal %d (%s), sent by the code itself or from outside the sandbox; no limit of forge's was hit. Its state is gone: a session starts fresh", int(sig), unix.SignalName(sig))}
+			Message: endingText(code) + ", sent by the code itself or from outside the sandbox; no limit of forge's was hit. Its state is gone: a session starts fresh"}
 	case exited:
 		res.ExitCode = code
 		res.Error = &kernel.ExecError{Type: ErrTypeExited,
@@ -177,4 +176,17 @@ func tracebackOf(e *kernel.ExecError) string {
 		return ""
 	}
 	return e.Traceback
+}
+
+// killedBySignal reports whether an exit status (128+signal, as the reaper
+// passes on the agent's) says a signal ended the agent.
+func killedBySignal(code int) bool { return code > 128 && code <= 128+64 }
+
+// endingText says how an agent that exited with status code ended.
+func endingText(code int) string {
+	if killedBySignal(code) {
+		sig := unix.Signal(code - 128)
+		return fmt.Sprintf("the Python process was killed by signal %d (%s)", int(sig), unix.SignalName(sig))
+	}
+	return fmt.Sprintf("the Python process exited with status %d", code)
 }

@@ -845,11 +845,7 @@ func (s *Sandbox) DeathReason() string {
 	if u, err := s.Usage(); err == nil && u.OOMKills > 0 {
 		return "it ran out of memory (OOM kill)"
 	}
-	if code > 128 && code <= 128+64 {
-		sig := unix.Signal(code - 128)
-		return fmt.Sprintf("the Python process was killed by signal %d (%s)", int(sig), unix.SignalName(sig))
-	}
-	return fmt.Sprintf("the Python process exited with status %d", code)
+	return endingText(code)
 }
 
 // PidsLimitHits is how often the sandbox's cgroup refused a process or thread at pids.max.
