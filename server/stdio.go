@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	"github.com/mcp-forge/forge/runtime/engine"
 )
 
 // maxStdioMessage bounds one JSON-RPC line; code is capped far below it.
@@ -36,11 +34,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	}
 	defer s.mcp.UnregisterSession(context.WithoutCancel(ctx), sess.SessionID())
 	w := &lineWriter{w: out}
-	p := s.opts.Principal
-	if p.Tenant == "" {
-		p = engine.LocalPrincipal
-	}
-	reqCtx, cancelRequests := context.WithCancel(withPrincipal(s.mcp.WithContext(context.WithoutCancel(ctx), sess), p))
+	reqCtx, cancelRequests := context.WithCancel(withPrincipal(s.mcp.WithContext(context.WithoutCancel(ctx), sess), s.principal(ctx)))
 	defer cancelRequests()
 
 	notesDone := make(chan struct{})
