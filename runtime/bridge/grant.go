@@ -341,21 +341,31 @@ func (g *Grant) dispatch(line []byte) (result json.RawMessage, _ *callError, kee
 // gets its first maxViolations audited, then one event saying the rest are
 // not, so it cannot flood the audit log.
 func (g *Grant) violation(tool string) {
-	g.mu.Lock()
-	g.violations++
-	n := g.violations
-	g.mu.Unlock()
 	ev := audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical,
 		SandboxID: g.sandboxID, Tool: tool, Reason: "call of an MCP tool not granted to this sandbox"}
+	if g.auditCapped(&g.violations, ev, "%d calls of MCP tools not granted to this sandbox; further ones are refused without audit") {
+		g.b.log.Warn("bridge: refused a tool that was not granted", "sandbox", g.sandboxID, "tool", tool)
+	}
+}
+
+// auditCapped counts one more violation in *n and audits ev, at most
+// maxViolations times per grant: the last one audited is a summary
+// (summaryf with the count, no tool), later ones are only counted, so a
+// flood cannot fill the audit log. It reports whether it audited.
+func (g *Grant) auditCapped(n *int, ev audit.Event, summaryf string) bool {
+	g.mu.Lock()
+	*n++
+	c := *n
+	g.mu.Unlock()
 	switch {
-	case n < maxViolations:
-	case n == maxViolations:
-		ev.Tool, ev.Reason = "", fmt.Sprintf("%d calls of MCP tools not granted to this sandbox; further ones are refused without audit", n)
+	case c < maxViolations:
+	case c == maxViolations:
+		ev.Tool, ev.Reason = "", fmt.Sprintf(summaryf, c)
 	default:
-		return
+		return false
 	}
 	g.b.audit.Log(ev)
-	g.b.log.Warn("bridge: refused a tool that was not granted", "sandbox", g.sandboxID, "tool", tool)
+	return true
 }
 
 // parseRequest decodes a request line strictly: one object, a string tool

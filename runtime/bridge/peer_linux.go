@@ -99,21 +99,12 @@ func (g *Grant) checkPeer(p peer) error {
 // refuse audits a refused connection; like ungranted calls, the first
 // maxViolations are audited one by one, then one summary.
 func (g *Grant) refuse(p peer, why error) {
-	g.mu.Lock()
-	g.refusals++
-	n := g.refusals
-	g.mu.Unlock()
 	ev := audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical, SandboxID: g.sandboxID,
 		Reason: "connection to the sandbox's bridge socket from outside the sandbox refused: " + why.Error(),
 		Fields: map[string]any{"peer_pid": p.pid, "peer_uid": p.uid, "peer_gid": p.gid}}
-	switch {
-	case n < maxViolations:
-	case n == maxViolations:
-		ev.Reason = fmt.Sprintf("%d connections from outside the sandbox refused; further ones are refused without audit", n)
-	default:
+	if !g.auditCapped(&g.refusals, ev, "%d connections from outside the sandbox refused; further ones are refused without audit") {
 		return
 	}
-	g.b.audit.Log(ev)
 	g.b.log.Warn("bridge: refused a connection from outside the sandbox", "sandbox", g.sandboxID,
 		"peer_pid", p.pid, "peer_uid", p.uid, "err", why)
 }
