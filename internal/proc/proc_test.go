@@ -17,7 +17,7 @@ func TestDeadOwner(t *testing.T) {
 		name string
 		want bool
 	}{
-		{fmt.Sprintf("%d-abc", os.Getpid()), false}, // this process
+		{fmt.Sprintf("%d-abc", os.Getpid()), false},  // this process
 		{fmt.Sprintf("%d-abc", os.Getppid()), false}, // alive
 		{fmt.Sprintf("%d-abc", dead), true},
 		{"sb-abc", false}, // not a forge name
