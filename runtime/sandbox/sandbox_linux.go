@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/seccomp"
@@ -305,6 +306,11 @@ type Config struct {
 	// OnDestroy runs exactly once after the sandbox is destroyed, or when
 	// Start fails (releasing the image mount it used, for instance).
 	OnDestroy func()
+	// Egress, when set (with a policy that allows something), is given to
+	// the sandbox once its agent is up, as SetEgress does; it needs
+	// BridgeDir. Pooled sandboxes get theirs later, per request, with
+	// SetEgress.
+	Egress *Egress
 }
 
 func (c *Config) setDefaults(blockSize uint32) error {
@@ -388,6 +394,9 @@ type Sandbox struct {
 	// seen are the cgroup's event counters after the last run (Exec's goroutine only).
 	seen struct{ oomKills, pidsHits uint64 }
 
+	egressMu sync.Mutex
+	egress   *egress.Listener // nil without egress
+
 	mu        sync.Mutex
 	limits    cgroups.Limits // in force
 	destroyed bool
@@ -419,6 +428,14 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	}
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Egress != nil {
+		if err := s.SetEgress(ctx, cfg.Egress); err != nil {
+			s.onDestroy = onDestroy
+			onDestroy = nil // Destroy runs it
+			_ = s.Destroy()
+			return nil, err
+		}
 	}
 	s.onDestroy = onDestroy
 	return s, nil
@@ -895,6 +912,7 @@ func (s *Sandbox) Destroy() error {
 	if s.client != nil {
 		s.client.Close()
 	}
+	s.closeEgress()
 	defer s.rt.untrack(s)
 	if s.onDestroy != nil {
 		defer s.onDestroy()
