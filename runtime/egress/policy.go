@@ -102,6 +102,9 @@ func ParseRule(s string) (Rule, error) {
 	if in == "" {
 		return bad("empty host")
 	}
+	if strings.Contains(in, "://") {
+		return bad("a rule names a host, not a URL")
+	}
 	host, ports := in, ""
 	switch {
 	case strings.HasPrefix(in, "["):

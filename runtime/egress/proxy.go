@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,6 +86,10 @@ type Options struct {
 	// the first bytes of a tunnel (the TLS ClientHello), and a connection
 	// with no traffic either way.
 	HeaderTimeout, ResolveTimeout, DialTimeout, HelloTimeout, IdleTimeout time.Duration
+	// TLSPorts are the ports whose tunnels must start with a TLS
+	// ClientHello (nil: 443). On any port, a ClientHello must carry the
+	// CONNECT host as its SNI.
+	TLSPorts []int
 	// MaxAudited caps the allow and the deny events audited one by one per
 	// socket; later ones are counted, and the counts audited at Close.
 	MaxAudited int
@@ -104,6 +109,9 @@ func (o Options) withDefaults() Options {
 		if *v <= 0 {
 			*v = d
 		}
+	}
+	if o.TLSPorts == nil {
+		o.TLSPorts = []int{443}
 	}
 	def(&o.MaxTunnels, DefaultMaxTunnels)
 	def(&o.MaxHeaderBytes, DefaultMaxHeaderBytes)
@@ -523,6 +531,7 @@ func (l *Listener) connect(e *event) (net.Conn, int) {
 	var ok2 []netip.Addr
 	var why []string
 	for _, a := range addrs {
+		a = a.Unmap()
 		r := specialReason(a)
 		if r == "" || rule.Private || pol.allowsAddr(a, e.port) {
 			ok2 = append(ok2, a)
@@ -600,7 +609,7 @@ func (l *Listener) tunnel(c net.Conn, br *bufio.Reader, up net.Conn, e event) {
 		_ = c.(*net.UnixConn).CloseWrite()
 	}()
 	_ = c.SetReadDeadline(time.Now().Add(o.HelloTimeout))
-	head, reason := checkHello(br, e.host, e.port)
+	head, reason := checkHello(br, e.host, e.port, slices.Contains(o.TLSPorts, e.port))
 	if reason != "" {
 		e.reason = reason
 		l.deny(c, e, 0)
@@ -645,17 +654,17 @@ func (l *Listener) forward(c net.Conn, req *http.Request, up net.Conn, e event) 
 
 // checkHello reads the tunnel's first bytes. A TLS ClientHello must carry
 // an SNI equal to host (for an IP host, none, or the IP); anything else on
-// port 443 is refused. It returns the bytes read, to send upstream first,
+// a TLS port (Options.TLSPorts) is refused. It returns the bytes read, to send upstream first,
 // or why the tunnel is refused.
-func checkHello(br *bufio.Reader, host string, port int) ([]byte, string) {
+func checkHello(br *bufio.Reader, host string, port int, tlsOnly bool) ([]byte, string) {
 	first, err := br.Peek(1)
 	switch {
-	case err != nil && isTimeout(err) && port != 443:
+	case err != nil && isTimeout(err) && !tlsOnly:
 		return nil, "" // a protocol where the server speaks first
 	case err != nil:
 		return nil, fmt.Sprintf("tunnel closed before the client's first bytes: %v", err)
-	case first[0] != recordTypeHandshake && port == 443:
-		return nil, "tunnel to port 443 that does not start with a TLS ClientHello"
+	case first[0] != recordTypeHandshake && tlsOnly:
+		return nil, fmt.Sprintf("tunnel to TLS port %d that does not start with a TLS ClientHello", port)
 	case first[0] != recordTypeHandshake:
 		return nil, ""
 	}
