@@ -232,8 +232,8 @@ print(json.dumps(r))
 		}
 	}
 	reasons := map[string]string{
-		"localhost": "resolves only to addresses the policy does not name: 127.0.0.1 (loopback)",
-		"127.0.0.1": "is not allowed by this sandbox's egress policy",
+		"localhost":   "resolves only to addresses the policy does not name: 127.0.0.1 (loopback)",
+		"127.0.0.1":   "is not allowed by this sandbox's egress policy",
 		"example.com": "example.com:443 is not allowed",
 	}
 	for host, want := range reasons {
