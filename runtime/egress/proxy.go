@@ -23,6 +23,7 @@ import (
 
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/internal/peercred"
+	"github.com/mcp-forge/forge/profiles"
 )
 
 // SocketName is a sandbox's egress socket inside its bridge directory, and
@@ -191,7 +192,7 @@ func (p *Proxy) Serve(sb Sandbox, pol Policy, who Who) (_ *Listener, retErr erro
 		who.SandboxID = sb.ID()
 	}
 	l := &Listener{p: p, sb: sb, who: who, path: filepath.Join(dir, SocketName), conns: map[net.Conn]struct{}{}}
-	pol = pol.normalize()
+	pol = pol.Normalize()
 	l.pol.Store(&pol)
 	var err error
 	if l.ln, err = listen(dir, l.path, sb.HostUID(), sb.HostGID()); err != nil {
@@ -220,7 +221,7 @@ func (l *Listener) Policy() Policy { return *l.pol.Load() }
 // SetPolicy replaces the policy for new connections (a session whose
 // request narrowed its policy); open ones keep what they were allowed.
 func (l *Listener) SetPolicy(pol Policy) {
-	pol = pol.normalize()
+	pol = pol.Normalize()
 	l.pol.Store(&pol)
 }
 
@@ -503,7 +504,7 @@ func target(req *http.Request) (string, int, error) {
 		return a.Unmap().String(), port, nil
 	}
 	name := strings.ToLower(strings.TrimSuffix(h, "."))
-	if err := checkName(name); err != nil {
+	if err := profiles.CheckHostName(name); err != nil {
 		return clip(h, 253), port, fmt.Errorf("bad host: %w", err)
 	}
 	return name, port, nil
@@ -515,7 +516,7 @@ func target(req *http.Request) (string, int, error) {
 func (l *Listener) connect(e *event) (net.Conn, int) {
 	o := l.p.opts
 	pol := l.Policy()
-	rule, ok := pol.allowsHost(e.host, e.port)
+	rule, ok := pol.AllowsHost(e.host, e.port)
 	if !ok {
 		e.reason = fmt.Sprintf("%s is not allowed by this sandbox's egress policy (%s)", net.JoinHostPort(e.host, strconv.Itoa(e.port)), describe(pol))
 		return nil, http.StatusForbidden
@@ -533,7 +534,7 @@ func (l *Listener) connect(e *event) (net.Conn, int) {
 	for _, a := range addrs {
 		a = a.Unmap()
 		r := specialReason(a)
-		if r == "" || rule.Private || pol.allowsAddr(a, e.port) {
+		if r == "" || rule.Private || pol.AllowsAddr(a, e.port) {
 			ok2 = append(ok2, a)
 		} else {
 			why = append(why, fmt.Sprintf("%s (%s)", a, r))

@@ -1,49 +1,48 @@
-package egress
+package profiles
 
 import (
 	"errors"
-	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestParseRule(t *testing.T) {
+func TestParseEgressRule(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want Rule
+		want EgressRule
 	}{
-		{"pypi.org", Rule{Host: "pypi.org", Ports: []int{80, 443}}},
-		{"PyPI.org.", Rule{Host: "pypi.org", Ports: []int{80, 443}}},
-		{"*.pythonhosted.org:443", Rule{Host: "*.pythonhosted.org", Ports: []int{443}}},
-		{"10.0.0.0/8:5432", Rule{Host: "10.0.0.0/8", Ports: []int{5432}}},
-		{"10.1.2.3/8:5432", Rule{Host: "10.0.0.0/8", Ports: []int{5432}}},
-		{"127.0.0.1:8080,80,8080", Rule{Host: "127.0.0.1", Ports: []int{80, 8080}}},
-		{"[::1]:8080", Rule{Host: "::1", Ports: []int{8080}}},
-		{"::1", Rule{Host: "::1", Ports: []int{80, 443}}},
-		{"[2001:db8::/32]:443", Rule{Host: "2001:db8::/32", Ports: []int{443}}},
-		{"::ffff:127.0.0.1", Rule{Host: "127.0.0.1", Ports: []int{80, 443}}},
-		{"db.internal:5432!private", Rule{Host: "db.internal", Ports: []int{5432}, Private: true}},
-		{" files_1.example.com ", Rule{Host: "files_1.example.com", Ports: []int{80, 443}}},
+		{"pypi.org", EgressRule{Host: "pypi.org", Ports: []int{80, 443}}},
+		{"PyPI.org.", EgressRule{Host: "pypi.org", Ports: []int{80, 443}}},
+		{"*.pythonhosted.org:443", EgressRule{Host: "*.pythonhosted.org", Ports: []int{443}}},
+		{"10.0.0.0/8:5432", EgressRule{Host: "10.0.0.0/8", Ports: []int{5432}}},
+		{"10.1.2.3/8:5432", EgressRule{Host: "10.0.0.0/8", Ports: []int{5432}}},
+		{"127.0.0.1:8080,80,8080", EgressRule{Host: "127.0.0.1", Ports: []int{80, 8080}}},
+		{"[::1]:8080", EgressRule{Host: "::1", Ports: []int{8080}}},
+		{"::1", EgressRule{Host: "::1", Ports: []int{80, 443}}},
+		{"[2001:db8::/32]:443", EgressRule{Host: "2001:db8::/32", Ports: []int{443}}},
+		{"::ffff:127.0.0.1", EgressRule{Host: "127.0.0.1", Ports: []int{80, 443}}},
+		{"db.internal:5432!private", EgressRule{Host: "db.internal", Ports: []int{5432}, Private: true}},
+		{" files_1.example.com ", EgressRule{Host: "files_1.example.com", Ports: []int{80, 443}}},
 	} {
-		got, err := ParseRule(tc.in)
+		got, err := ParseEgressRule(tc.in)
 		if err != nil {
-			t.Errorf("ParseRule(%q): %v", tc.in, err)
+			t.Errorf("ParseEgressRule(%q): %v", tc.in, err)
 			continue
 		}
 		if diff := cmp.Diff(tc.want, got); diff != "" {
-			t.Errorf("ParseRule(%q) (-want +got):\n%s", tc.in, diff)
+			t.Errorf("ParseEgressRule(%q) (-want +got):\n%s", tc.in, diff)
 		}
 		// String round-trips.
-		again, err := ParseRule(got.String())
+		again, err := ParseEgressRule(got.String())
 		if err != nil || !again.equal(got) {
-			t.Errorf("ParseRule(%q).String() = %q does not parse back: %v, %v", tc.in, got.String(), again, err)
+			t.Errorf("ParseEgressRule(%q).String() = %q does not parse back: %v, %v", tc.in, got.String(), again, err)
 		}
 	}
 }
 
-func TestParseRuleErrors(t *testing.T) {
+func TestParseEgressRuleErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"", "empty host"},
 		{"!private", "empty host"},
@@ -65,39 +64,39 @@ func TestParseRuleErrors(t *testing.T) {
 		{"a..b", "empty or over-long label"},
 		{strings.Repeat("a", 64) + ".org", "over-long label"},
 	} {
-		_, err := ParseRule(tc.in)
-		if err == nil || !errors.Is(err, ErrInvalidRule) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ParseRule(%q) = %v, want an ErrInvalidRule containing %q", tc.in, err, tc.want)
+		_, err := ParseEgressRule(tc.in)
+		if err == nil || !errors.Is(err, ErrInvalidEgressRule) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseEgressRule(%q) = %v, want an ErrInvalidEgressRule containing %q", tc.in, err, tc.want)
 			continue
 		}
 		if !strings.Contains(err.Error(), "want host[:port") {
-			t.Errorf("ParseRule(%q): the error does not say what is allowed: %v", tc.in, err)
+			t.Errorf("ParseEgressRule(%q): the error does not say what is allowed: %v", tc.in, err)
 		}
 	}
 }
 
-func TestParsePolicy(t *testing.T) {
+func TestParseEgressPolicy(t *testing.T) {
 	for _, in := range [][]string{nil, {}, {"none"}, {" none "}} {
-		p, err := ParsePolicy(in)
+		p, err := ParseEgressPolicy(in)
 		if err != nil || !p.IsNone() {
-			t.Errorf("ParsePolicy(%q) = %v, %v; want the zero Policy", in, p, err)
+			t.Errorf("ParseEgressPolicy(%q) = %v, %v; want the zero Policy", in, p, err)
 		}
 	}
-	p, err := ParsePolicy([]string{"pypi.org", "pypi.org:80,443", "*.pythonhosted.org:443"})
+	p, err := ParseEgressPolicy([]string{"pypi.org", "pypi.org:80,443", "*.pythonhosted.org:443"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]string{"pypi.org", "*.pythonhosted.org:443"}, p.Strings()); diff != "" {
 		t.Errorf("duplicates not merged (-want +got):\n%s", diff)
 	}
-	_, err = ParsePolicy([]string{"ok.org", "bad:x", "none"})
+	_, err = ParseEgressPolicy([]string{"ok.org", "bad:x", "none"})
 	if err == nil || !strings.Contains(err.Error(), `"bad:x"`) || !strings.Contains(err.Error(), `"none"`) {
 		t.Errorf("want both bad rules named (none is only valid alone), got %v", err)
 	}
 }
 
-func TestAllowsHost(t *testing.T) {
-	pol := MustParse("pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432", "127.0.0.1:8080")
+func TestEgressAllowsHost(t *testing.T) {
+	pol := MustParseEgress("pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432", "127.0.0.1:8080")
 	for _, tc := range []struct {
 		host string
 		port int
@@ -118,13 +117,13 @@ func TestAllowsHost(t *testing.T) {
 		{"127.0.0.2", 8080, false},
 		{"localhost", 8080, false}, // a name is matched by name rules only
 	} {
-		if _, got := pol.allowsHost(tc.host, tc.port); got != tc.want {
+		if _, got := pol.AllowsHost(tc.host, tc.port); got != tc.want {
 			t.Errorf("allowsHost(%s, %d) = %v, want %v", tc.host, tc.port, got, tc.want)
 		}
 	}
 }
 
-func TestNarrow(t *testing.T) {
+func TestEgressNarrow(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		p, q []string
@@ -146,7 +145,7 @@ func TestNarrow(t *testing.T) {
 		{"many", []string{"pypi.org", "*.pythonhosted.org:443"}, []string{"files.pythonhosted.org", "github.com"},
 			[]string{"files.pythonhosted.org:443"}},
 	} {
-		p, q := MustParse(tc.p...), MustParse(tc.q...)
+		p, q := MustParseEgress(tc.p...), MustParseEgress(tc.q...)
 		if diff := cmp.Diff(tc.want, p.Narrow(q).Strings()); diff != "" {
 			t.Errorf("%s: Narrow (-want +got):\n%s", tc.name, diff)
 		}
@@ -156,8 +155,8 @@ func TestNarrow(t *testing.T) {
 	}
 }
 
-func TestWithin(t *testing.T) {
-	prof := MustParse("pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432")
+func TestEgressWithin(t *testing.T) {
+	prof := MustParseEgress("pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432")
 	for _, tc := range []struct {
 		req  []string
 		wide string // "" = allowed
@@ -173,7 +172,7 @@ func TestWithin(t *testing.T) {
 		{[]string{"pypi.org!private"}, "pypi.org!private"},
 		{[]string{"pypi.org", "evil.com:443"}, "evil.com:443"},
 	} {
-		q, err := ParsePolicy(tc.req)
+		q, err := ParseEgressPolicy(tc.req)
 		if err != nil {
 			continue
 		}
@@ -184,27 +183,12 @@ func TestWithin(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrWiden) || !strings.Contains(err.Error(), tc.wide) || !strings.Contains(err.Error(), "[pypi.org, *.pythonhosted.org:443, 10.0.0.0/8:5432]") ||
+		if !errors.Is(err, ErrEgressWiden) || !strings.Contains(err.Error(), tc.wide) || !strings.Contains(err.Error(), "[pypi.org, *.pythonhosted.org:443, 10.0.0.0/8:5432]") ||
 			!strings.Contains(err.Error(), "the profile's egress") {
-			t.Errorf("Within(%q) = %v, want ErrWiden naming %q, the setting and the profile's rules", tc.req, err, tc.wide)
+			t.Errorf("Within(%q) = %v, want ErrEgressWiden naming %q, the setting and the profile's rules", tc.req, err, tc.wide)
 		}
 	}
-	if _, err := (Policy{}).Within(MustParse("pypi.org"), "execution.egress"); err == nil || !strings.Contains(err.Error(), "no egress (none)") {
+	if _, err := (EgressPolicy{}).Within(MustParseEgress("pypi.org"), "execution.egress"); err == nil || !strings.Contains(err.Error(), "no egress (none)") {
 		t.Errorf("widening none: %v", err)
-	}
-}
-
-func TestSpecialReason(t *testing.T) {
-	for _, tc := range []struct{ addr, want string }{
-		{"127.0.0.1", "loopback"}, {"::1", "loopback"}, {"::ffff:127.0.0.1", "loopback"},
-		{"10.1.2.3", "private"}, {"172.16.0.1", "private"}, {"192.168.1.1", "private"}, {"fd12::1", "private"},
-		{"169.254.169.254", "metadata"}, {"fd00:ec2::254", "metadata"}, {"169.254.1.1", "link-local"}, {"fe80::1", "link-local"},
-		{"100.64.0.1", "cgnat"}, {"0.0.0.0", "unspecified"}, {"::", "unspecified"}, {"64:ff9b::a00:1", "nat64"},
-		{"255.255.255.255", "reserved"}, {"224.0.0.1", "multicast"},
-		{"151.101.0.223", ""}, {"2a04:4e42::223", ""}, {"8.8.8.8", ""},
-	} {
-		if got := specialReason(netip.MustParseAddr(tc.addr)); got != tc.want {
-			t.Errorf("specialReason(%s) = %q, want %q", tc.addr, got, tc.want)
-		}
 	}
 }
