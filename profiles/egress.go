@@ -89,6 +89,9 @@ func ParseEgressRule(s string) (EgressRule, error) {
 	if in == "" {
 		return bad("empty host")
 	}
+	if in == EgressNone {
+		return bad(`"none" allows nothing and must be the only rule`)
+	}
 	if strings.Contains(in, "://") {
 		return bad("a rule names a host, not a URL")
 	}

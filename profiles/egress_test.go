@@ -192,3 +192,33 @@ func TestEgressWithin(t *testing.T) {
 		t.Errorf("widening none: %v", err)
 	}
 }
+
+// TestEgressConfig: the config's allowlists are checked when it loads, each
+// bad rule named by its field path; named profiles inherit the default's
+// unless they set their own.
+func TestEgressConfig(t *testing.T) {
+	c := Default()
+	if pol, err := c.EgressPolicy(""); err != nil || !pol.IsNone() {
+		t.Errorf("default egress: %v, %v; want none", pol, err)
+	}
+	c.Execution.Egress = []string{"pypi.org", "bad:port"}
+	c.Profiles["pip"] = Profile{Egress: []string{"none", "x.org"}}
+	c.Profiles["inherit"] = Profile{Memory: 1 << 20}
+	err := c.Validate()
+	for _, want := range []string{`execution.egress[1]: invalid egress rule "bad:port"`, `profiles.pip.egress[0]: invalid egress rule "none": "none" allows nothing and must be the only rule`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v, want it to contain %q", err, want)
+		}
+	}
+	c.Execution.Egress = []string{"pypi.org"}
+	c.Profiles["pip"] = Profile{Egress: []string{"none"}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"": "pypi.org", "inherit": "pypi.org", "pip": "none"} {
+		pol, err := c.EgressPolicy(name)
+		if err != nil || pol.String() != want {
+			t.Errorf("EgressPolicy(%q) = %v, %v; want %s", name, pol, err, want)
+		}
+	}
+}
