@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/runtime/egress"
 )
 
 // Backends of execute_python.
@@ -31,6 +32,9 @@ type ExecuteArgs struct {
 	CustomImage string
 	Environment map[string]string
 	MCPTools    []string
+	// Egress narrows the profile's egress allowlist; nil when absent
+	// ([] asks for none).
+	Egress *egress.Policy
 }
 
 // wireExecuteArgs is the JSON form; pointers tell "absent or null" apart.
@@ -43,6 +47,7 @@ type wireExecuteArgs struct {
 	CustomImage *string           `json:"custom_image"`
 	Environment map[string]string `json:"environment"`
 	MCPTools    []string          `json:"mcp_tools"`
+	Egress      []string          `json:"egress"`
 }
 
 // maxTimeoutSeconds caps what a float of seconds may turn into before the
@@ -103,6 +108,13 @@ func (w *wireExecuteArgs) check() (ExecuteArgs, error) {
 	}
 	a.Environment = w.Environment
 	a.MCPTools = w.MCPTools
+	if w.Egress != nil {
+		pol, err := egress.ParsePolicy(w.Egress)
+		if err != nil {
+			return a, argError("egress", strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
+		a.Egress = &pol
+	}
 	return a, nil
 }
 
@@ -151,7 +163,7 @@ func describeJSONError(err error) string {
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return "unknown field " + f + "; known fields: code, session_id, backend, timeout, memory, custom_image, environment, mcp_tools"
+		return "unknown field " + f + "; known fields: code, session_id, backend, timeout, memory, custom_image, environment, mcp_tools, egress"
 	}
 	return strings.TrimPrefix(msg, "json: ")
 }

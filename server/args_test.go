@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/session"
 	"strings"
 	"testing"
@@ -41,6 +42,11 @@ func TestDecodeExecuteArgs(t *testing.T) {
 		{"not json", `{code:1}`, ExecuteArgs{}, "not valid JSON"},
 		{"trailing", `{"code":"x"} {}`, ExecuteArgs{}, "trailing data"},
 		{"environment values", `{"code":"x","environment":{"A":1}}`, ExecuteArgs{}, "environment"},
+		{"egress", `{"code":"x","egress":["pypi.org:443","*.pythonhosted.org:443"]}`,
+			ExecuteArgs{Code: "x", Egress: new(egress.MustParse("pypi.org:443", "*.pythonhosted.org:443"))}, ""},
+		{"egress none", `{"code":"x","egress":[]}`, ExecuteArgs{Code: "x", Egress: &egress.Policy{}}, ""},
+		{"bad egress rule", `{"code":"x","egress":["https://pypi.org"]}`, ExecuteArgs{}, `egress: invalid egress rule "https://pypi.org": a rule names a host, not a URL`},
+		{"egress not a list", `{"code":"x","egress":"pypi.org"}`, ExecuteArgs{}, "egress: want an array of strings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeExecuteArgs([]byte(tc.in))

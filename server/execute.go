@@ -77,6 +77,8 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 				"description": "Environment variables for the code. Not available in this build yet."},
 			"mcp_tools": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
 				"description": "Names of tools (from forge://tools/available) to make callable inside the sandbox as Python functions and in the module mcp_tools (code mode). Their credentials stay on the host."},
+			"egress": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
+				"description": fmt.Sprintf("Narrow the network egress this run may use (through HTTP_PROXY/HTTPS_PROXY; there is no DNS): rules host[:port,...], *.suffix, IPs or CIDRs, each within what forge allows: %s. [] allows nothing. For a session it becomes the session's policy.", egressDesc(cfg))},
 		},
 		"required":             []string{"code"},
 		"additionalProperties": false,
@@ -139,6 +141,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		Principal: s.principal(ctx), Client: clientName(ctx),
 		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
 		SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter, MCPTools: args.MCPTools,
+		Egress: args.Egress,
 	})
 	if err != nil {
 		return s.executeError(err), nil
@@ -295,4 +298,13 @@ func formatValue(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+// egressDesc is the default profile's egress allowlist for the tool's schema.
+func egressDesc(cfg *profiles.Config) string {
+	pol, err := cfg.EgressPolicy("")
+	if err != nil || pol.IsNone() {
+		return "none (no egress is configured)"
+	}
+	return strings.Join(pol.Strings(), ", ")
 }
