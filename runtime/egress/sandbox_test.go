@@ -37,7 +37,7 @@ type env struct {
 	hp, sp      int // their ports
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	rt, root := testenv.Runtime(t)
 	// Short: the socket path must fit in sun_path.
@@ -78,7 +78,7 @@ func (e *env) withTLSPort(port int) {
 	e.proxy = egress.New(egress.Options{Audit: e.log, HelloTimeout: 3 * time.Second, TLSPorts: []int{443, port}})
 }
 
-func port(t *testing.T, u string) int {
+func port(t testing.TB, u string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://"))
 	if err != nil {
@@ -88,7 +88,7 @@ func port(t *testing.T, u string) int {
 	return n
 }
 
-func (e *env) setPolicy(t *testing.T, rules ...string) {
+func (e *env) setPolicy(t testing.TB, rules ...string) {
 	t.Helper()
 	pol, err := egress.ParsePolicy(rules)
 	if err != nil {
@@ -102,7 +102,7 @@ func (e *env) setPolicy(t *testing.T, rules ...string) {
 
 // run executes code in the sandbox and returns its stdout; the code fails
 // the test when it raises.
-func (e *env) run(t *testing.T, code string) string {
+func (e *env) run(t testing.TB, code string) string {
 	t.Helper()
 	res, err := e.sb.Exec(context.Background(), code, sandbox.ExecOptions{Timeout: 30 * time.Second})
 	if err != nil {
@@ -360,5 +360,73 @@ import os
 print(os.environ.get("HTTP_PROXY"), os.path.exists("/run/forge/egress.sock"), fetch("http://127.0.0.1:%d/off"))`, e.hp))
 	if !strings.HasPrefix(got, "None False ERR URLError") {
 		t.Errorf("after none: %q, want no proxy variable, no socket and the request failing", got)
+	}
+}
+
+// TestLimits: oversized headers are refused with 431; more concurrent
+// connections than MaxTunnels get 503; a flood of denied requests is
+// audited MaxAudited times, then only counted, and the counts are audited
+// when the socket closes.
+func TestLimits(t *testing.T) {
+	e := newEnv(t)
+	e.proxy = egress.New(egress.Options{Audit: e.log, MaxTunnels: 2, MaxAudited: 5, HeaderTimeout: 5 * time.Second})
+	e.setPolicy(t, fmt.Sprintf("127.0.0.1:%d", e.hp))
+	out := e.run(t, fmt.Sprintf(`
+import json, os, socket
+port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+def conn():
+    return socket.create_connection(("127.0.0.1", port), timeout=20)
+def status(s):
+    return s.recv(4096).decode("latin-1").split("\r\n")[0]
+r = {}
+s = conn()
+s.sendall(b"GET http://127.0.0.1:%[1]d/ HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+r["big"] = status(s)
+# two connections held open mid-request, then a third
+held = [conn(), conn()]
+for h in held:
+    h.sendall(b"GET http://127.0.0.1:%[1]d/ HTTP/1.1\r\n")
+import time
+deadline = time.time() + 10
+while True:  # poll: the proxy registers connections as it accepts them
+    third = conn()
+    third.sendall(b"GET http://127.0.0.1:%[1]d/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    r["third"] = status(third)
+    if "503" in r["third"] or time.time() > deadline:
+        break
+for h in held:
+    h.close()
+denied = []
+for i in range(20):
+    s = conn()
+    s.sendall(b"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    denied.append(status(s))
+    s.close()
+r["denied"] = sorted(set(denied))
+print(json.dumps(r))
+`, e.hp))
+	var r map[string]any
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r["big"] != "HTTP/1.1 431 Request Header Fields Too Large" {
+		t.Errorf("oversized headers: %v", r["big"])
+	}
+	if r["third"] != "HTTP/1.1 503 Service Unavailable" {
+		t.Errorf("a third concurrent connection with MaxTunnels 2: %v", r["third"])
+	}
+	if fmt.Sprint(r["denied"]) != "[HTTP/1.1 403 Forbidden]" {
+		t.Errorf("denied flood answers: %v", r["denied"])
+	}
+	denies := e.events(t, audit.EventEgressDeny)
+	if len(denies) != 5 || denies[4].Fields["further_not_audited"] != true {
+		t.Errorf("deny events audited: %d (%+v), want 5, the last saying later ones are only counted", len(denies), denies)
+	}
+	if err := e.sb.SetEgress(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	sum := e.events(t, audit.EventEgressSummary)
+	if len(sum) != 1 || sum[0].Fields["denied"].(float64) < 21 {
+		t.Errorf("summary at close: %+v, want one counting every denied connection", sum)
 	}
 }
