@@ -169,6 +169,10 @@ type Listener struct {
 	ln   *net.UnixListener
 	pol  atomic.Pointer[Policy]
 	wg   sync.WaitGroup
+	// ctx is cancelled by Close: it ends resolving and dialing, which
+	// closing the connections does not.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -192,6 +196,7 @@ func (p *Proxy) Serve(sb Sandbox, pol Policy, who Who) (_ *Listener, retErr erro
 		who.SandboxID = sb.ID()
 	}
 	l := &Listener{p: p, sb: sb, who: who, path: filepath.Join(dir, SocketName), conns: map[net.Conn]struct{}{}}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
 	pol = pol.Normalize()
 	l.pol.Store(&pol)
 	var err error
@@ -202,6 +207,7 @@ func (p *Proxy) Serve(sb Sandbox, pol Policy, who Who) (_ *Listener, retErr erro
 	if p.closed {
 		p.mu.Unlock()
 		l.ln.Close()
+		l.cancel()
 		_ = removeSocket(l.path)
 		return nil, ErrClosed
 	}
@@ -252,6 +258,7 @@ func (l *Listener) Close() error {
 		c.Close()
 	}
 	l.mu.Unlock()
+	l.cancel()
 	err := l.ln.Close()
 	l.wg.Wait()
 	if rerr := removeSocket(l.path); rerr != nil {
@@ -432,6 +439,7 @@ func (l *Listener) handle(c net.Conn) {
 		return
 	}
 	lim.n = -1 // the body and the tunnel are not headers
+	lim.r = &idleReader{c: c, timeout: o.IdleTimeout}
 	e := event{method: req.Method}
 	host, port, err := target(req)
 	e.host, e.port = host, port
@@ -522,7 +530,7 @@ func (l *Listener) connect(e *event) (net.Conn, int) {
 		return nil, http.StatusForbidden
 	}
 	e.rule = rule.String()
-	ctx, cancel := context.WithTimeout(context.Background(), o.ResolveTimeout)
+	ctx, cancel := context.WithTimeout(l.ctx, o.ResolveTimeout)
 	addrs, err := l.resolve(ctx, e.host)
 	cancel()
 	if err != nil {
@@ -549,7 +557,7 @@ func (l *Listener) connect(e *event) (net.Conn, int) {
 	deadline := time.Now().Add(o.DialTimeout)
 	var errs []error
 	for _, a := range ok2 {
-		dctx, cancel := context.WithDeadline(context.Background(), deadline)
+		dctx, cancel := context.WithDeadline(l.ctx, deadline)
 		c, err := d.DialContext(dctx, "tcp", netip.AddrPortFrom(a, uint16(e.port)).String())
 		cancel()
 		if err == nil {
@@ -644,8 +652,9 @@ func (l *Listener) forward(c net.Conn, req *http.Request, up net.Conn, e event) 
 	req.RequestURI = ""
 	req.Close = true
 	idle := newIdle(l.p.opts.IdleTimeout)
-	_ = c.SetReadDeadline(time.Time{})
-	_ = up.SetWriteDeadline(time.Now().Add(l.p.opts.IdleTimeout))
+	// The body streams from c through an idleReader: a client that stops
+	// sending is cut off after IdleTimeout, one that keeps sending is not.
+	up = &idleWriter{Conn: up, timeout: l.p.opts.IdleTimeout}
 	if err := req.Write(up); err != nil {
 		writeStatus(c, http.StatusBadGateway, "forge egress: sending the request upstream: "+err.Error())
 		return
@@ -696,6 +705,28 @@ func clip(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// idleReader reads from c with a read deadline IdleTimeout ahead of each read.
+type idleReader struct {
+	c       net.Conn
+	timeout time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	_ = r.c.SetReadDeadline(time.Now().Add(r.timeout))
+	return r.c.Read(p)
+}
+
+// idleWriter writes to a Conn with a write deadline timeout ahead of each write.
+type idleWriter struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (w *idleWriter) Write(p []byte) (int, error) {
+	_ = w.Conn.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.Conn.Write(p)
 }
 
 // idle ends a connection when neither direction has moved a byte for
