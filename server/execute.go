@@ -25,6 +25,10 @@ func executeTool(cfg *profiles.Config) mcp.Tool {
 	t.Title = "Run Python in a sandbox"
 	t.RawOutputSchema = outputSchema
 	f := false
+	// Sandboxes have no network, unless egress is configured: then code
+	// reaches the hosts the allowlist names.
+	pol, err := cfg.EgressPolicy("")
+	open := err == nil && !pol.IsNone()
 	t.Annotations = mcp.ToolAnnotation{
 		Title: "Run Python in a sandbox",
 		// The code may write files in its sandbox and, with sessions, change
@@ -34,8 +38,7 @@ func executeTool(cfg *profiles.Config) mcp.Tool {
 		DestructiveHint: &f,
 		// Code may be random, time-dependent or stateful.
 		IdempotentHint: &f,
-		// Sandboxes have no network (loopback only).
-		OpenWorldHint: &f,
+		OpenWorldHint: &open,
 	}
 	return t
 }
