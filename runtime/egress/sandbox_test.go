@@ -61,7 +61,8 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(func() { e.sb.Destroy() })
+	sb := e.sb
+	t.Cleanup(func() { sb.Destroy() })
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from %s %s", r.Host, r.URL.Path)
 	})
@@ -428,5 +429,44 @@ print(json.dumps(r))
 	sum := e.events(t, audit.EventEgressSummary)
 	if len(sum) != 1 || sum[0].Fields["denied"].(float64) < 21 {
 		t.Errorf("summary at close: %+v, want one counting every denied connection", sum)
+	}
+}
+
+// TestConfigEgress: a sandbox started with Config.Egress (a build, whose
+// policy is known before it starts) has its proxy from the first exec, and
+// loses it with the sandbox.
+func TestConfigEgress(t *testing.T) {
+	e := newEnv(t)
+	rt, root := testenv.Runtime(t)
+	dir, err := os.MkdirTemp("", "fe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, BridgeDir: dir,
+		Limits: cgroups.Limits{MemoryBytes: 256 << 20, CPUs: 1, Pids: 64},
+		Egress: &sandbox.Egress{Proxy: e.proxy, Policy: egress.MustParse(fmt.Sprintf("127.0.0.1:%d", e.hp)), Who: egress.Who{Purpose: "build"}}})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	e.sb = sb
+	if got := e.run(t, fetch+fmt.Sprintf(`print(fetch("http://127.0.0.1:%d/build"))`, e.hp)); !strings.HasPrefix(got, "OK hello") {
+		t.Errorf("with Config.Egress: %q", got)
+	}
+	sock := filepath.Join(dir, egress.SocketName)
+	if _, err := os.Stat(sock); err != nil {
+		t.Errorf("socket: %v", err)
+	}
+	if err := sb.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket after Destroy: %v, want it removed", err)
+	}
+	if ev := e.events(t, audit.EventEgressAllow); len(ev) != 1 || ev[0].Fields["purpose"] != "build" || ev[0].SandboxID != sb.ID() {
+		t.Errorf("allow events: %+v", ev)
 	}
 }
