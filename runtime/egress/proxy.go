@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
@@ -22,6 +20,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/internal/ownedsock"
 	"github.com/mcp-forge/forge/internal/peercred"
 	"github.com/mcp-forge/forge/profiles"
 )
@@ -200,7 +199,7 @@ func (p *Proxy) Serve(sb Sandbox, pol Policy, who Who) (_ *Listener, retErr erro
 	pol = pol.Normalize()
 	l.pol.Store(&pol)
 	var err error
-	if l.ln, err = listen(dir, l.path, sb.HostUID(), sb.HostGID()); err != nil {
+	if l.ln, err = ownedsock.Listen(dir, l.path, sb.HostUID(), sb.HostGID()); err != nil {
 		return nil, fmt.Errorf("egress socket of sandbox %s: %w", sb.ID(), err)
 	}
 	p.mu.Lock()
@@ -208,7 +207,7 @@ func (p *Proxy) Serve(sb Sandbox, pol Policy, who Who) (_ *Listener, retErr erro
 		p.mu.Unlock()
 		l.ln.Close()
 		l.cancel()
-		_ = removeSocket(l.path)
+		_ = ownedsock.Remove(l.path)
 		return nil, ErrClosed
 	}
 	p.listeners[l] = struct{}{}
@@ -261,7 +260,7 @@ func (l *Listener) Close() error {
 	l.cancel()
 	err := l.ln.Close()
 	l.wg.Wait()
-	if rerr := removeSocket(l.path); rerr != nil {
+	if rerr := ownedsock.Remove(l.path); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	l.mu.Lock()
@@ -765,62 +764,4 @@ func (i *idle) copy(dst io.Writer, src io.Reader, rc net.Conn) {
 			return
 		}
 	}
-}
-
-// listen binds the socket under a temporary name, sets its owner and mode,
-// then renames it into place, so the sandbox never sees a socket with the
-// wrong permissions (as runtime/bridge does). dir is mounted read-only into
-// the sandbox, which therefore cannot plant anything in it.
-func listen(dir, path string, uid, gid int) (_ *net.UnixListener, retErr error) {
-	if fi, err := os.Lstat(dir); err != nil {
-		return nil, err
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory", dir)
-	}
-	if len(path) >= 108 { // sizeof(sun_path)
-		return nil, fmt.Errorf("socket path %s is too long for a unix socket", path)
-	}
-	if err := removeSocket(path); err != nil {
-		return nil, err
-	}
-	tmp := path + ".new"
-	if err := removeSocket(tmp); err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(false)
-	defer func() {
-		if retErr != nil {
-			ln.Close()
-			_ = removeSocket(tmp)
-		}
-	}()
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.Lchown(tmp, uid, gid); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, err
-	}
-	return ln, nil
-}
-
-// removeSocket removes path if it is a socket; anything else there is an
-// error rather than something to delete.
-func removeSocket(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return err
-	case fi.Mode()&fs.ModeSocket == 0:
-		return fmt.Errorf("%s exists and is not a socket", path)
-	}
-	return os.Remove(path)
 }
