@@ -674,6 +674,11 @@ func checkHello(br *bufio.Reader, host string, port int, tlsOnly bool) ([]byte, 
 		return nil, fmt.Sprintf("tunnel closed before the client's first bytes: %v", err)
 	case first[0] != recordTypeHandshake && tlsOnly:
 		return nil, fmt.Sprintf("tunnel to TLS port %d that does not start with a TLS ClientHello", port)
+	case first[0] != recordTypeHandshake && looksLikeHTTP(br):
+		// Its Host header could name another site behind the same address
+		// (a shared frontend): plain HTTP goes as a proxy request, whose
+		// Host is the checked one.
+		return nil, "plain HTTP inside a CONNECT tunnel; send http:// URLs as proxy requests (HTTP_PROXY), whose Host is checked"
 	case first[0] != recordTypeHandshake:
 		return nil, ""
 	}
@@ -687,6 +692,23 @@ func checkHello(br *bufio.Reader, host string, port int, tlsOnly bool) ([]byte, 
 		return nil, fmt.Sprintf("TLS SNI %.253q does not match the CONNECT host %s", sni, host)
 	}
 	return head, ""
+}
+
+// httpMethods start the request lines looksLikeHTTP refuses in a tunnel.
+var httpMethods = []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "CONNECT ", "OPTIONS ", "TRACE ", "PATCH "}
+
+// looksLikeHTTP reports whether the tunnel's first bytes start an HTTP/1
+// request line. It waits for 8 bytes (within the hello timeout already
+// set); a client that sends fewer, slowly, is judged on what it sent, so
+// trickling "G", "ET " does not pass.
+func looksLikeHTTP(br *bufio.Reader) bool {
+	b, _ := br.Peek(8)
+	for _, m := range httpMethods {
+		if n := min(len(b), len(m)); n > 0 && string(b[:n]) == m[:n] {
+			return true
+		}
+	}
+	return false
 }
 
 func isIP(h string) bool {
