@@ -21,6 +21,9 @@ var (
 	// ErrCorruptArchive: an archive or layout is corrupt or truncated; the
 	// import was rolled back.
 	ErrCorruptArchive = errors.New("corrupt or truncated image archive")
+	// ErrUnknownSuite: bootstrap was asked for a Debian suite it does not
+	// know (see Suites).
+	ErrUnknownSuite = errors.New("unknown Debian suite")
 )
 
 // acceptedForms lists the reference forms ParseReference accepts; error
