@@ -354,15 +354,16 @@ func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandb
 
 // startSandbox starts a cold sandbox of image with the profile's default
 // limits; destroying it releases its image mount.
-func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandbox, error) {
+func (e *Engine) startSandbox(ctx context.Context, image string, binds ...sandbox.Bind) (*sandbox.Sandbox, error) {
 	fs, err := e.store.Acquire(ctx, image)
 	if err != nil {
 		return nil, err
 	}
 	cfg := e.sandboxConfig(fs.Path())
 	cfg.ImageID = fs.Image().ID
+	cfg.Binds = binds
 	var bridgeDir, sbID string
-	if e.bridge != nil {
+	if e.bridge != nil || len(binds) > 0 {
 		if bridgeDir, err = e.newBridgeDir(); err != nil {
 			fs.Release()
 			return nil, err
