@@ -9,7 +9,7 @@ type HostedToolsConfig struct {
 	Memory         Size     `yaml:"memory" doc:"Memory limit of a call's sandbox when the tool declares none; 0 means execution.default_memory. Capped at execution.max_memory."`
 	MaxTools       int      `yaml:"max_tools" doc:"Most tools the module may define; a larger table is refused."`
 	MaxSchemaSize  Size     `yaml:"max_schema_size" doc:"Largest inputSchema (and outputSchema) of one tool, as JSON."`
-	MaxTableSize   Size     `yaml:"max_table_size" doc:"Largest tool table read back from the sandbox, as JSON."`
+	MaxTableSize   Size     `yaml:"max_table_size" doc:"Largest tool table read back from the sandbox, as JSON; at most 1m (the agent's output cap)."`
 	MaxSourceSize  Size     `yaml:"max_source_size" doc:"Largest tools file or package (all files together) that is snapshotted for the sandboxes."`
 	PoolSize       int      `yaml:"pool_size" doc:"Sandboxes kept ready with the module already imported; 0 starts (and imports) one per call."`
 	Persistent     bool     `yaml:"persistent" doc:"Keep one warm worker per principal and tool for every tool, as if each declared persistent=True. A worker is never shared across principals."`
@@ -24,6 +24,9 @@ func (c *Config) validateHosted(p *problems) {
 	positive(p, "hosted_tools.max_tools", h.MaxTools)
 	positive(p, "hosted_tools.max_schema_size", h.MaxSchemaSize)
 	positive(p, "hosted_tools.max_table_size", h.MaxTableSize)
+	if h.MaxTableSize > 1<<20 {
+		p.add("hosted_tools.max_table_size", "%s is more than 1m (the agent's output cap)", h.MaxTableSize)
+	}
 	positive(p, "hosted_tools.max_source_size", h.MaxSourceSize)
 	nonNegative(p, "hosted_tools.pool_size", h.PoolSize)
 	positive(p, "hosted_tools.max_workers", h.MaxWorkers)
