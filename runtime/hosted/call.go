@@ -327,6 +327,13 @@ func (h *Host) watch(iv time.Duration) {
 func (h *Host) Reload(ctx context.Context) (changed bool, err error) {
 	g, err := h.load(ctx)
 	h.mu.Lock()
+	if err == nil && h.check != nil {
+		if err = h.check(g.tools); err != nil {
+			h.mu.Unlock()
+			h.retire(g)
+			h.mu.Lock()
+		}
+	}
 	if err != nil {
 		// Do not retry the same broken files at every tick.
 		if h.gen != nil {
@@ -343,13 +350,14 @@ func (h *Host) Reload(ctx context.Context) (changed bool, err error) {
 	old := h.gen
 	changed = old == nil || old.snap.hash != g.snap.hash
 	h.gen = g
+	onChange := h.onChange
 	h.mu.Unlock()
 	if old != nil {
 		h.retire(old)
 	}
 	h.log.Info("hosted tools reloaded", "path", h.cfg.Path, "tools", len(g.tools), "changed", changed)
-	if h.opts.OnChange != nil {
-		h.opts.OnChange()
+	if onChange != nil {
+		onChange()
 	}
 	return changed, nil
 }

@@ -50,9 +50,6 @@ type Options struct {
 	// the reply); 0 means 1 MiB.
 	OutputLimit int
 	Logger      *slog.Logger
-	// OnChange runs after a reload replaced the table (to announce
-	// notifications/tools/list_changed).
-	OnChange func()
 }
 
 // Host is one tools module being served. Safe for concurrent use.
@@ -72,8 +69,21 @@ type Host struct {
 	lastUse uint64
 	retired []*snapshot // removed at Close: calls may still use them
 
+	// check vets a table before it replaces the current one (name
+	// collisions with the face's own tools); onChange announces a new one.
+	check    func([]Tool) error
+	onChange func()
+
 	stop chan struct{}
 	wg   sync.WaitGroup
+}
+
+// SetHooks sets what a face does around a reload: check refuses a new
+// table (the old one stays), onChange runs after one replaced the old.
+func (h *Host) SetHooks(check func([]Tool) error, onChange func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.check, h.onChange = check, onChange
 }
 
 // generation is one loaded table with the snapshot it came from and the
@@ -338,3 +348,6 @@ func (h *Host) retire(g *generation) {
 		}
 	}
 }
+
+// Path is the tools path being served.
+func (h *Host) Path() string { return h.cfg.Path }

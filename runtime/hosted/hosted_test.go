@@ -186,15 +186,6 @@ func TestHostedTools(t *testing.T) {
 	})
 }
 
-func TestHostedReload(t *testing.T) {
-	changed := make(chan struct{}, 4)
-	var h *hosted.Host
-	h, path := newHost(t, toolsPy, func(c *profiles.HostedToolsConfig) { c.ReloadInterval = profiles.Duration(50 * time.Millisecond) })
-	_ = changed
-	_ = h
-	_ = path
-}
-
 func TestHostedLoadErrors(t *testing.T) {
 	eng := testenv.Engine(t, false, nil)
 	dir := t.TempDir()
