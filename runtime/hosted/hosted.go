@@ -351,3 +351,13 @@ func (h *Host) retire(g *generation) {
 
 // Path is the tools path being served.
 func (h *Host) Path() string { return h.cfg.Path }
+
+// PoolReady is how many sandboxes with the module imported wait in the
+// pool (0 without a pool).
+func (h *Host) PoolReady() int {
+	g := h.current()
+	if g == nil || g.pool == nil {
+		return 0
+	}
+	return g.pool.Stats().Ready
+}
