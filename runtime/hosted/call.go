@@ -119,7 +119,12 @@ func (h *Host) run(ctx context.Context, sb *sandbox.Sandbox, t *Tool, args json.
 		msg := fmt.Sprintf("tool %q did not finish within %s; its sandbox was killed", t.Name, timeout)
 		return &Result{Text: ErrTypeTimeout + ": " + msg, IsError: true, ErrorType: ErrTypeTimeout, ErrorMessage: msg, Duration: d}, nil
 	}
-	raw, err := replyOf(res, marker)
+	var raw []byte
+	if v, ok := res.Result.(string); ok && res.Success && strings.HasPrefix(v, marker) {
+		raw = []byte(v[len(marker):])
+	} else {
+		raw, err = replyOf(res, marker)
+	}
 	if err != nil {
 		msg := fmt.Sprintf("tool %q ended without a result: %v", t.Name, err)
 		if res.OOMKilled {
