@@ -14,6 +14,7 @@ type HostedToolsConfig struct {
 	PoolSize       int      `yaml:"pool_size" doc:"Sandboxes kept ready with the module already imported; 0 starts (and imports) one per call."`
 	Persistent     bool     `yaml:"persistent" doc:"Keep one warm worker per principal and tool for every tool, as if each declared persistent=True. A worker is never shared across principals."`
 	MaxWorkers     int      `yaml:"max_workers" doc:"Most persistent workers alive at once; the least recently used is stopped to make room."`
+	SaveTool       string   `yaml:"save_tool" doc:"The save_tool and remove_tool tools, which promote a function defined in a session into a hosted tool of that principal: refuse (not listed), approve (the client is asked through elicitation; a client without elicitation is refused), or allow."`
 	ReloadInterval Duration `yaml:"reload_interval" doc:"How often the path is checked for changes (polling); a change reloads the table in a sandbox and sends notifications/tools/list_changed. 0 disables reloading. A broken reload keeps the old table and logs why."`
 }
 
@@ -31,4 +32,9 @@ func (c *Config) validateHosted(p *problems) {
 	nonNegative(p, "hosted_tools.pool_size", h.PoolSize)
 	positive(p, "hosted_tools.max_workers", h.MaxWorkers)
 	nonNegative(p, "hosted_tools.reload_interval", h.ReloadInterval)
+	switch h.SaveTool {
+	case "refuse", "approve", "allow":
+	default:
+		p.add("hosted_tools.save_tool", "%q: want refuse, approve or allow", h.SaveTool)
+	}
 }

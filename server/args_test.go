@@ -3,10 +3,11 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/mcp-forge/forge/runtime/session"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-forge/forge/runtime/session"
 
 	"github.com/google/go-cmp/cmp"
 )

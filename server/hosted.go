@@ -19,19 +19,38 @@ import (
 
 const resourceHostedTools = "forge://tools/hosted"
 
+// hostedEntry is one Host whose tools are listed (the file of
+// forge serve --tools, a principal's saved tools).
+type hostedEntry struct {
+	h     *hosted.Host
+	names []string
+}
+
 // AttachHosted lists h's tools beside forge's own. A name that collides
-// with one of forge's tools is an error naming both; so is it at a reload,
-// which then keeps the previous table.
+// with one of forge's tools or another hosted tool is an error naming both;
+// so is it at a reload, which then keeps the previous table.
 func (s *Server) AttachHosted(h *hosted.Host) error {
-	own := map[string]bool{}
-	for name := range s.mcp.ListTools() {
-		own[name] = true
+	s.hostedMu.Lock()
+	defer s.hostedMu.Unlock()
+	if s.own == nil {
+		s.own = map[string]bool{}
+		for name := range s.mcp.ListTools() {
+			s.own[name] = true
+		}
+		s.own[toolSaveTool], s.own[toolRemoveTool] = true, true
 	}
+	e := &hostedEntry{h: h}
 	check := func(tools []hosted.Tool) error {
 		for _, t := range tools {
-			if own[t.Name] {
+			if s.own[t.Name] {
 				return fmt.Errorf("%w: the hosted tool %q (%s) has the name of forge's own tool %q; rename it with @tool(name=...)",
 					hosted.ErrCollision, t.Name, h.Path(), t.Name)
+			}
+			for _, o := range s.hosts {
+				if o != e && slices.Contains(o.names, t.Name) {
+					return fmt.Errorf("%w: the hosted tool %q (%s) has the name of the hosted tool %q (%s)",
+						hosted.ErrCollision, t.Name, h.Path(), t.Name, o.h.Path())
+				}
 			}
 		}
 		return nil
@@ -40,16 +59,35 @@ func (s *Server) AttachHosted(h *hosted.Host) error {
 	if err := check(tools); err != nil {
 		return err
 	}
-	s.hosted = h
-	s.hostedNames = s.addHosted(nil, tools)
-	h.SetHooks(check, func() {
+	e.names = s.addHosted(nil, tools)
+	s.hosts = append(s.hosts, e)
+	h.SetHooks(func(tools []hosted.Tool) error {
 		s.hostedMu.Lock()
 		defer s.hostedMu.Unlock()
-		s.hostedNames = s.addHosted(s.hostedNames, h.Tools())
+		return check(tools)
+	}, func() {
+		s.hostedMu.Lock()
+		defer s.hostedMu.Unlock()
+		e.names = s.addHosted(e.names, h.Tools())
 	})
-	s.mcp.AddResource(mcp.NewResource(resourceHostedTools, "Hosted tools",
-		mcp.WithResourceDescription("The hosted tools (forge_tools functions run in sandboxes): name, description, schemas, timeout, memory, persistent."),
-		mcp.WithMIMEType("application/json")), s.readHostedTools)
+	if !s.hostedResource {
+		s.hostedResource = true
+		s.mcp.AddResource(mcp.NewResource(resourceHostedTools, "Hosted tools",
+			mcp.WithResourceDescription("The hosted tools (forge_tools functions run in sandboxes) and the saved tools of this principal: name, description, schemas, timeout, memory, persistent."),
+			mcp.WithMIMEType("application/json")), s.readHostedTools)
+	}
+	return nil
+}
+
+// hostOf is the Host serving tool name, nil if none.
+func (s *Server) hostOf(name string) *hosted.Host {
+	s.hostedMu.Lock()
+	defer s.hostedMu.Unlock()
+	for _, e := range s.hosts {
+		if e.h.Has(name) {
+			return e.h
+		}
+	}
 	return nil
 }
 
@@ -87,18 +125,28 @@ func (s *Server) addHosted(old []string, tools []hosted.Tool) []string {
 // hostedPrecheck answers a tools/call of a hosted tool whose arguments break
 // its inputSchema with invalid params (-32602), naming the field path.
 func (s *Server) hostedPrecheck(msg message) mcp.JSONRPCMessage {
-	if s.hosted == nil || msg.kind != kindRequest || msg.method != string(mcp.MethodToolsCall) {
+	if msg.kind != kindRequest || msg.method != string(mcp.MethodToolsCall) {
+		return nil
+	}
+	s.hostedMu.Lock()
+	none := len(s.hosts) == 0
+	s.hostedMu.Unlock()
+	if none {
 		return nil
 	}
 	var p struct {
 		Name      string          `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
-	if json.Unmarshal(msg.params, &p) != nil || !s.hosted.Has(p.Name) {
+	if json.Unmarshal(msg.params, &p) != nil {
+		return nil
+	}
+	h := s.hostOf(p.Name)
+	if h == nil {
 		return nil
 	}
 	var ae *hosted.ArgumentError
-	if err := s.hosted.Validate(p.Name, p.Arguments); errors.As(err, &ae) {
+	if err := h.Validate(p.Name, p.Arguments); errors.As(err, &ae) {
 		return mcp.NewJSONRPCError(mcp.NewRequestId(msg.id), mcp.INVALID_PARAMS, ae.Error(), map[string]any{"path": ae.Path})
 	}
 	return nil
@@ -117,9 +165,13 @@ func (s *Server) handleHosted(ctx context.Context, name string, req mcp.CallTool
 			return nil, err
 		}
 	}
+	h := s.hostOf(name)
+	if h == nil {
+		return mcp.NewToolResultError(fmt.Sprintf("the hosted tool %q is no longer served (see forge://tools/hosted)", name)), nil
+	}
 	ctx, cancel := s.execContext(ctx)
 	defer cancel()
-	r, err := s.hosted.Call(ctx, s.principal(ctx), name, raw)
+	r, err := h.Call(ctx, s.principal(ctx), name, raw)
 	if err != nil {
 		var ae *hosted.ArgumentError
 		if errors.As(err, &ae) {
@@ -146,12 +198,22 @@ func (s *Server) readHostedTools(ctx context.Context, req mcp.ReadResourceReques
 		TimeoutS     float64         `json:"timeout_s,omitempty"`
 		MemoryBytes  int64           `json:"memory_bytes,omitempty"`
 		Persistent   bool            `json:"persistent"`
+		Source       string          `json:"source"`
 	}
-	var out []entry
-	for _, t := range s.hosted.Tools() {
-		out = append(out, entry{t.Name, t.Description, t.InputSchema, t.OutputSchema, t.Timeout.Seconds(), t.Memory, t.Persistent})
+	out := []entry{}
+	s.hostedMu.Lock()
+	hosts := slices.Clone(s.hosts)
+	s.hostedMu.Unlock()
+	for _, e := range hosts {
+		for _, t := range e.h.Tools() {
+			out = append(out, entry{t.Name, t.Description, t.InputSchema, t.OutputSchema, t.Timeout.Seconds(), t.Memory, t.Persistent, e.h.Path()})
+		}
 	}
-	b, err := json.Marshal(map[string]any{"path": s.hosted.Path(), "tools": out})
+	doc := map[string]any{"tools": out}
+	if s.saver != nil {
+		doc["saved"] = s.saver.List(s.principal(ctx))
+	}
+	b, err := json.Marshal(doc)
 	if err != nil {
 		return nil, err
 	}

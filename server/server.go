@@ -94,10 +94,13 @@ type Server struct {
 	// active counts tool calls in flight.
 	active sync.WaitGroup
 
-	// hosted serves the hosted tools (AttachHosted); nil without.
-	hosted      *hosted.Host
-	hostedMu    sync.Mutex
-	hostedNames []string
+	// Hosted tools (server/hosted.go): the Hosts listed, forge's own tool
+	// names (for collisions), and save_tool's store.
+	hostedMu       sync.Mutex
+	hosts          []*hostedEntry
+	own            map[string]bool
+	hostedResource bool
+	saver          *hosted.Saver
 }
 
 // New builds the MCP server around eng.

@@ -96,6 +96,16 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	srv := server.New(eng, server.Options{Version: version, Logger: g.log, Audit: auditLog,
 		Host: func() any { return hostChecks() }})
 	var host *hosted.Host
+	var saver *hosted.Saver
+	if cfg.HostedTools.SaveTool != "refuse" {
+		saver = hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir, Logger: g.log,
+			Attach: func(_ engine.Principal, h *hosted.Host) error { return srv.AttachHosted(h) }})
+		if err := srv.AttachSaver(ctx, saver); err != nil {
+			saver.Close()
+			_ = eng.Close(0)
+			return err
+		}
+	}
 	if cfg.HostedTools.Path != "" {
 		h, err := hosted.New(ctx, hosted.Options{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir,
 			OutputLimit: int(cfg.Execution.OutputLimit), Logger: g.log})
@@ -105,6 +115,9 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 			}
 		}
 		if err != nil {
+			if saver != nil {
+				saver.Close()
+			}
 			_ = eng.Close(0)
 			return usageError{fmt.Errorf("hosted tools %s: %w", cfg.HostedTools.Path, err)}
 		}
@@ -123,6 +136,9 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	// the grace period or were killed. Close destroys whatever is left.
 	if host != nil {
 		host.Close() // before the engine: its workers are the engine's sandboxes
+	}
+	if saver != nil {
+		saver.Close()
 	}
 	if cerr := eng.Close(cfg.Server.ShutdownGrace.Std()); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("closing the engine: %w", cerr))

@@ -142,26 +142,7 @@ func TestHostedOverStdio(t *testing.T) {
 	if err := srv.AttachHosted(h); err != nil {
 		t.Fatal(err)
 	}
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeStdio(ctx, inR, outW); outW.Close() }()
-	t.Cleanup(func() { inW.Close(); cancel(); <-done })
-	c := &client{t: t, w: inW, lines: make(chan map[string]any, 64)}
-	go func() {
-		sc := bufio.NewScanner(outR)
-		sc.Buffer(nil, 16<<20)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil {
-				c.lines <- m
-			}
-		}
-	}()
-
-	c.call("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "test", "version": "1"}})
-	c.notify("notifications/initialized")
+	c := startClient(t, srv)
 	names := toolNames(c.call("tools/list", map[string]any{}))
 	if !contains(names, "add") || !contains(names, "execute_python") {
 		t.Fatalf("tools/list = %v, want add beside execute_python", names)
@@ -234,4 +215,99 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestSaveToolOverStdio: a function defined in a session becomes a hosted
+// tool through save_tool (hosted_tools.save_tool: allow), is announced,
+// called, listed in forge://tools/hosted, and removed with remove_tool.
+func TestSaveToolOverStdio(t *testing.T) {
+	eng := testenv.Engine(t, false, func(c *profiles.Config) { c.HostedTools.SaveTool = "allow"; c.HostedTools.PoolSize = 0 })
+	srv := server.New(eng, server.Options{Principal: engine.Principal{Tenant: "tenant:save-stdio"}})
+	sv := hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: eng.Config().HostedTools, StateDir: eng.Config().StateDir,
+		Attach: func(_ engine.Principal, h *hosted.Host) error { return srv.AttachHosted(h) }})
+	t.Cleanup(sv.Close)
+	if err := srv.AttachSaver(context.Background(), sv); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range sv.List(engine.Principal{Tenant: "tenant:save-stdio"}) { // a previous run's
+		_ = sv.Remove(context.Background(), engine.Principal{Tenant: "tenant:save-stdio"}, st.Name)
+	}
+	c := startClient(t, srv)
+	if names := toolNames(c.call("tools/list", map[string]any{})); !contains(names, "save_tool") || !contains(names, "remove_tool") {
+		t.Fatalf("tools/list = %v, want save_tool and remove_tool", names)
+	}
+	r := c.call("tools/call", map[string]any{"name": "execute_python", "arguments": map[string]any{"session_id": "savestdio",
+		"code": "def triple(x: int) -> int:\n    \"\"\"Triples x.\"\"\"\n    return 3 * x\n"}})
+	if res, _ := r["result"].(map[string]any); res == nil || res["isError"] == true {
+		t.Fatalf("defining triple: %v", r)
+	}
+	t.Cleanup(func() {
+		_ = eng.DestroySession(context.Background(), engine.Principal{Tenant: "tenant:save-stdio"}, "savestdio")
+	})
+	r = c.call("tools/call", map[string]any{"name": "save_tool", "arguments": map[string]any{"session_id": "savestdio", "function": "triple"}})
+	if res, _ := r["result"].(map[string]any); res == nil || res["isError"] == true {
+		t.Fatalf("save_tool: %v", r)
+	}
+	if !c.await("notifications/tools/list_changed", 30*time.Second) {
+		t.Fatal("no notifications/tools/list_changed after save_tool")
+	}
+	r = c.call("tools/call", map[string]any{"name": "triple", "arguments": map[string]any{"x": 14}})
+	if res, _ := r["result"].(map[string]any); res == nil || fmt.Sprint(res["structuredContent"]) != "map[result:42]" {
+		t.Fatalf("triple: %v", r)
+	}
+	r = c.call("resources/read", map[string]any{"uri": "forge://tools/hosted"})
+	if !strings.Contains(fmt.Sprint(r), "triple") || !strings.Contains(fmt.Sprint(r), "sha256") {
+		t.Fatalf("forge://tools/hosted: %v", r)
+	}
+	r = c.call("tools/call", map[string]any{"name": "remove_tool", "arguments": map[string]any{"name": "triple"}})
+	if res, _ := r["result"].(map[string]any); res == nil || res["isError"] == true {
+		t.Fatalf("remove_tool: %v", r)
+	}
+	if names := toolNames(c.call("tools/list", map[string]any{})); contains(names, "triple") {
+		t.Fatalf("after remove_tool tools/list = %v", names)
+	}
+}
+
+// TestSaveToolApproval: with approve and a client that cannot be asked,
+// save_tool is refused and says which setting decides.
+func TestSaveToolApproval(t *testing.T) {
+	eng := testenv.Engine(t, false, func(c *profiles.Config) { c.HostedTools.SaveTool = "approve" })
+	srv := server.New(eng, server.Options{})
+	sv := hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: eng.Config().HostedTools, StateDir: eng.Config().StateDir})
+	t.Cleanup(sv.Close)
+	if err := srv.AttachSaver(context.Background(), sv); err != nil {
+		t.Fatal(err)
+	}
+	c := startClient(t, srv)
+	r := c.call("tools/call", map[string]any{"name": "save_tool", "arguments": map[string]any{"session_id": "nosuch", "function": "f"}})
+	res, _ := r["result"].(map[string]any)
+	if res == nil || res["isError"] != true || !strings.Contains(fmt.Sprint(res["content"]), "hosted_tools.save_tool") {
+		t.Fatalf("save_tool without approval: %v", r)
+	}
+}
+
+// startClient serves srv over stdio pipes and initializes a client.
+func startClient(t *testing.T, srv *server.Server) *client {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeStdio(ctx, inR, outW); outW.Close() }()
+	t.Cleanup(func() { inW.Close(); cancel(); <-done })
+	c := &client{t: t, w: inW, lines: make(chan map[string]any, 64)}
+	go func() {
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(nil, 16<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				c.lines <- m
+			}
+		}
+	}()
+
+	c.call("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "test", "version": "1"}})
+	c.notify("notifications/initialized")
+	return c
 }
