@@ -114,8 +114,10 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	}()
 	removeDeadBridgeDirs(cfg.StateDir, opts.Logger)
 	if len(cfg.MCPTools) > 0 {
+		servers := bridge.ServersFromConfig(cfg.MCPTools)
+		e.sandboxServers(servers, cfg.MCPTools)
 		e.bridge, err = bridge.New(ctx, bridge.Options{
-			Servers: bridge.ServersFromConfig(cfg.MCPTools), Logger: opts.Logger, Audit: opts.Audit,
+			Servers: servers, Logger: opts.Logger, Audit: opts.Audit,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("mcp_tools: %w", err)
@@ -482,11 +484,12 @@ func (e *Engine) Close(grace time.Duration) error {
 	for _, p := range pools {
 		errs = append(errs, p.Close())
 	}
-	e.bg.Wait()
-	errs = append(errs, e.rt.Close(), e.store.Close())
 	if e.bridge != nil {
+		// Before the runtime: sandboxed servers are its sandboxes.
 		errs = append(errs, e.bridge.Close())
 	}
+	e.bg.Wait()
+	errs = append(errs, e.rt.Close(), e.store.Close())
 	return errors.Join(errs...)
 }
 

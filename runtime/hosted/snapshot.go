@@ -27,43 +27,7 @@ const maxSnapshotFiles = 4096
 
 // writeSDK writes the embedded forge_tools sources under dir once per
 // version; the result holds forge_tools/ at its root.
-func writeSDK(dir string) (string, error) {
-	out := filepath.Join(dir, "sdk-"+pysdk.Hash())
-	if _, err := os.Stat(filepath.Join(out, "forge_tools", "__init__.py")); err == nil {
-		return out, nil
-	}
-	tmp, err := os.MkdirTemp(dir, ".sdk-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	err = fs.WalkDir(pysdk.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(tmp, filepath.FromSlash(p))
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		b, err := fs.ReadFile(pysdk.FS(), p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
-	if err == nil {
-		err = os.Chmod(tmp, 0o755)
-	}
-	if err != nil {
-		return "", fmt.Errorf("writing the forge_tools sources: %w", err)
-	}
-	if err := os.Rename(tmp, out); err != nil && !os.IsExist(err) {
-		if _, serr := os.Stat(out); serr != nil {
-			return "", fmt.Errorf("writing the forge_tools sources: %w", err)
-		}
-	}
-	return out, nil
-}
+func writeSDK(dir string) (string, error) { return pysdk.Write(dir) }
 
 // snapshot is one copy of the tools path.
 type snapshot struct {

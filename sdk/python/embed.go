@@ -7,7 +7,10 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"sort"
 )
 
@@ -36,4 +39,48 @@ func Hash() string {
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// Write writes the sources under dir once per version (dir/sdk-HASH, with
+// forge_tools/ at its root, world-readable for sandbox users) and returns
+// that directory.
+func Write(dir string) (string, error) {
+	out := filepath.Join(dir, "sdk-"+Hash())
+	if _, err := os.Stat(filepath.Join(out, "forge_tools", "__init__.py")); err == nil {
+		return out, nil
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(dir, ".sdk-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	err = fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(tmp, filepath.FromSlash(p))
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := files.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err == nil {
+		err = os.Chmod(tmp, 0o755)
+	}
+	if err != nil {
+		return "", fmt.Errorf("writing the forge_tools sources: %w", err)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		if _, serr := os.Stat(filepath.Join(out, "forge_tools", "__init__.py")); serr != nil {
+			return "", fmt.Errorf("writing the forge_tools sources: %w", err)
+		}
+	}
+	return out, nil
 }
