@@ -22,6 +22,7 @@ type Config struct {
 	EnvironmentBuilder EnvironmentBuilderConfig `yaml:"environment_builder" doc:"The build_custom_environment tool, which installs packages into a new image."`
 	MCPTools           map[string]MCPToolServer `yaml:"mcp_tools" doc:"Downstream MCP servers whose tools sandboxed code may call as Python functions (code mode). Keyed by server name; their credentials (env) never enter the sandbox."`
 	Pool               PoolConfig               `yaml:"pool" doc:"The warm pool of pre-started, paused sandboxes that makes stateless runs fast."`
+	HostedTools        HostedToolsConfig        `yaml:"hosted_tools" doc:"Hosted tools: @tool functions of a forge_tools module served as MCP tools beside execute_python, each call in a fresh sandbox that already imported the module."`
 	Profiles           map[string]Profile       `yaml:"profiles" doc:"Named sandbox profiles. The built-in profile \"default\" is derived from execution.* and security.seccomp_profile; a named profile overrides any of its fields and must stay within the execution maxima."`
 }
 
@@ -111,6 +112,9 @@ type MCPToolServer struct {
 	Timeout         Duration          `yaml:"timeout" doc:"Limit of one tool call."`
 	MaxCalls        int               `yaml:"max_calls" doc:"Most calls to this server's tools in one execution; 0 means unlimited."`
 	MaxResponseSize Size              `yaml:"max_response_size" doc:"Largest tool response passed back into the sandbox."`
+	Sandbox         bool              `yaml:"sandbox" doc:"Run this (untrusted) server inside a sandbox of its own instead of as a host process: command and args are run there, with the forge_tools sources importable (PYTHONPATH=/run/forge/sdk), env set, and the network the egress policy allows (none by default)."`
+	Image           string            `yaml:"image" doc:"With sandbox: the image (or custom environment) the server runs in; empty means images.default."`
+	Mount           string            `yaml:"mount" doc:"With sandbox: a host file or directory (the server's code) mounted read-only at /run/forge/<its base name>; it must be readable by others (the sandbox user is an unprivileged host id)."`
 }
 
 // setDefaults fills in the defaults of a new mcp_tools entry before the file's

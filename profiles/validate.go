@@ -55,6 +55,7 @@ func (c *Config) Validate() error {
 	c.validateBuilder(&p)
 	c.validateTools(&p)
 	c.validatePool(&p)
+	c.validateHosted(&p)
 	c.validateProfiles(&p)
 	return errors.Join(p...)
 }
@@ -223,6 +224,17 @@ func (c *Config) validateTools(p *problems) {
 		positive(p, base+".timeout", t.Timeout)
 		nonNegative(p, base+".max_calls", t.MaxCalls)
 		positive(p, base+".max_response_size", t.MaxResponseSize)
+		if !t.Sandbox && (t.Image != "" || t.Mount != "") {
+			p.add(base, "image and mount apply only with sandbox: true")
+		}
+		if t.Mount != "" {
+			switch b := filepath.Base(t.Mount); {
+			case !filepath.IsAbs(t.Mount):
+				p.add(base+".mount", "must be an absolute path, got %q", t.Mount)
+			case b == "socket" || b == "sdk" || b == "tools" || strings.HasPrefix(b, "."):
+				p.add(base+".mount", "base name %q is taken (socket, sdk, tools) or hidden", b)
+			}
+		}
 	}
 }
 

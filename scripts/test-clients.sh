@@ -69,6 +69,8 @@ run "sessions across a restart (TypeScript SDK)" node --test --test-reporter=spe
 # The standalone forge_tools server (sdk/python, no forge involved).
 run "forge_tools serve: TypeScript SDK over stdio" node --test --test-reporter=spec forge-tools-sdk.mjs
 run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=spec forge-tools-inspector.mjs
+# The same module served by forge (forge serve --tools): every call sandboxed.
+run "forge serve --tools: TypeScript SDK over stdio" node --test --test-reporter=spec forge-hosted-sdk.mjs
 
 # Conformance: forge serve --http on a port the kernel picks; its URL is
 # read from forge's log.

@@ -227,6 +227,9 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 		if reply == nil {
 			var ctx context.Context
 			ctx, reply = precheck(r.Context(), msg)
+			if hr := s.hostedPrecheck(msg); hr != nil {
+				reply = hr
+			}
 			r = r.WithContext(ctx)
 			status = http.StatusOK // a response to a valid request
 		}

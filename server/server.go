@@ -29,6 +29,7 @@ import (
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/bridge"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/hosted"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/session"
@@ -92,6 +93,14 @@ type Server struct {
 	cancelKill context.CancelFunc
 	// active counts tool calls in flight.
 	active sync.WaitGroup
+
+	// Hosted tools (server/hosted.go): the Hosts listed, forge's own tool
+	// names (for collisions), and save_tool's store.
+	hostedMu       sync.Mutex
+	hosts          []*hostedEntry
+	own            map[string]bool
+	hostedResource bool
+	saver          *hosted.Saver
 }
 
 // New builds the MCP server around eng.
@@ -114,7 +123,7 @@ func New(eng Engine, opts Options) *Server {
 	s.mcp = mcpserver.NewMCPServer(name, opts.Version,
 		mcpserver.WithTitle("forge: sandboxed Python"),
 		mcpserver.WithInstructions(instructions(s.cfg)),
-		mcpserver.WithToolCapabilities(false),
+		mcpserver.WithToolCapabilities(true), // hosted tools change at reloads
 		mcpserver.WithResourceCapabilities(false, false),
 		mcpserver.WithLogging(),
 		mcpserver.WithRecovery(),
@@ -146,6 +155,9 @@ func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessa
 
 // handle answers a message checkMessage passed.
 func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRPCMessage {
+	if reply := s.hostedPrecheck(msg); reply != nil {
+		return reply
+	}
 	ctx, reply := precheck(ctx, msg)
 	if reply != nil {
 		return reply

@@ -11,10 +11,11 @@ import (
 
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/hosted"
 	"github.com/mcp-forge/forge/server"
 )
 
-const serveUsage = `Usage: forge serve [--config FILE] [--http ADDR] [--allow-remote]
+const serveUsage = `Usage: forge serve [--config FILE] [--http ADDR] [--allow-remote] [--tools PATH]
 
 Serves MCP over stdio (the default), or over streamable HTTP at
 http://ADDR/mcp with --http (or server.transport: http in the config).
@@ -25,6 +26,9 @@ http://ADDR/mcp with --http (or server.transport: http in the config).
   --allow-remote   allow a non-loopback HTTP address (there is no
                    authentication: put an authenticating proxy in front and
                    set server.allowed_hosts / allowed_origins)
+  --tools PATH     serve the @tool functions (forge_tools) of a .py file or
+                   package directory as MCP tools, every call in a sandbox
+                   (hosted_tools.path; hosted_tools.* sets the limits)
 
 Logs go to stderr; in stdio mode stdout carries only JSON-RPC. SIGINT,
 SIGTERM or (stdio) the end of stdin shut down gracefully: running
@@ -37,6 +41,7 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	configFile := fs.String("config", "", "")
 	httpAddr := fs.String("http", "", "")
 	allowRemote := fs.Bool("allow-remote", false, "")
+	toolsPath := fs.String("tools", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(g.stdout, serveUsage)
@@ -58,6 +63,9 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		if err := g.setLogLevel(cfg.Server.LogLevel); err != nil {
 			return usageError{fmt.Errorf("server.log_level: %w", err)}
 		}
+	}
+	if *toolsPath != "" {
+		cfg.HostedTools.Path = *toolsPath
 	}
 	addr := *httpAddr
 	if addr == "" && cfg.Server.Transport == "http" {
@@ -87,6 +95,35 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	eng.Prewarm() // the pool fills while the client connects
 	srv := server.New(eng, server.Options{Version: version, Logger: g.log, Audit: auditLog,
 		Host: func() any { return hostChecks() }})
+	var host *hosted.Host
+	var saver *hosted.Saver
+	if cfg.HostedTools.SaveTool != "refuse" {
+		saver = hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir, Logger: g.log,
+			Attach: func(_ engine.Principal, h *hosted.Host) error { return srv.AttachHosted(h) }})
+		if err := srv.AttachSaver(ctx, saver); err != nil {
+			saver.Close()
+			_ = eng.Close(0)
+			return err
+		}
+	}
+	if cfg.HostedTools.Path != "" {
+		h, err := hosted.New(ctx, hosted.Options{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir,
+			OutputLimit: int(cfg.Execution.OutputLimit), Logger: g.log})
+		if err == nil {
+			if err = srv.AttachHosted(h); err != nil {
+				h.Close()
+			}
+		}
+		if err != nil {
+			if saver != nil {
+				saver.Close()
+			}
+			_ = eng.Close(0)
+			return usageError{fmt.Errorf("hosted tools %s: %w", cfg.HostedTools.Path, err)}
+		}
+		host = h
+		g.log.Info("serving hosted tools", "path", cfg.HostedTools.Path, "tools", len(h.Tools()))
+	}
 
 	if ln != nil {
 		g.log.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+server.EndpointPath)
@@ -97,6 +134,12 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	}
 	// The server has answered every request: executions finished within
 	// the grace period or were killed. Close destroys whatever is left.
+	if host != nil {
+		host.Close() // before the engine: its workers are the engine's sandboxes
+	}
+	if saver != nil {
+		saver.Close()
+	}
 	if cerr := eng.Close(cfg.Server.ShutdownGrace.Std()); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("closing the engine: %w", cerr))
 	}

@@ -57,6 +57,10 @@ type ServerConfig struct {
 	// MaxResponseSize caps the JSON of one result passed into the sandbox
 	// (DefaultMaxResponseSize when zero).
 	MaxResponseSize int64
+	// Spawn, when set, starts the server somewhere else than as a host
+	// process (inside a sandbox: mcp_tools.NAME.sandbox); Command and Args
+	// are then the spawner's business.
+	Spawn SpawnFunc
 }
 
 // ServersFromConfig converts the mcp_tools section of forge's config.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -37,6 +38,7 @@ type downstream struct {
 	mu        sync.Mutex
 	c         *client.Client // nil when not running
 	cmd       *exec.Cmd
+	sp        *Spawned // instead of cmd, for a spawned server
 	closed    bool
 	backoff   time.Duration // wait before the next restart; 0 = none
 	notBefore time.Time     // no restart before this
@@ -81,7 +83,7 @@ func (d *downstream) clientLocked(ctx context.Context) (*client.Client, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	if d.c != nil && processAlive(d.cmd) {
+	if d.c != nil && d.aliveLocked()() {
 		return d.c, nil
 	}
 	if d.c != nil {
@@ -108,8 +110,18 @@ func (d *downstream) failedLocked() {
 
 func (d *downstream) startLocked(ctx context.Context) (retErr error) {
 	start := time.Now()
-	t := transport.NewStdioWithOptions(d.cfg.Command, nil, d.cfg.Args,
-		transport.WithCommandFunc(d.command), transport.WithCommandLogger(d.log))
+	var t transport.Interface
+	if d.cfg.Spawn != nil {
+		sp, err := d.cfg.Spawn(ctx)
+		if err != nil {
+			return fmt.Errorf("starting MCP server %q: %w", d.name, err)
+		}
+		d.sp = sp
+		t = transport.NewIO(sp.Stdout, sp.Stdin, sp.Stderr)
+	} else {
+		t = transport.NewStdioWithOptions(d.cfg.Command, nil, d.cfg.Args,
+			transport.WithCommandFunc(d.command), transport.WithCommandLogger(d.log))
+	}
 	c := client.NewClient(t)
 	d.c = c // stopLocked closes it on failure
 	// The transport keeps this context for the server's lifetime: not ctx,
@@ -124,7 +136,7 @@ func (d *downstream) startLocked(ctx context.Context) (retErr error) {
 	if _, err := c.Initialize(ctx, init); err != nil {
 		return fmt.Errorf("initializing MCP server %q: %w", d.name, err)
 	}
-	d.log.Debug("bridge: MCP server started", "pid", d.cmd.Process.Pid, "took", time.Since(start))
+	d.log.Debug("bridge: MCP server started", "spawned", d.sp != nil, "took", time.Since(start))
 	return nil
 }
 
@@ -148,13 +160,26 @@ func (d *downstream) command(_ context.Context, command string, _ []string, args
 }
 
 func (d *downstream) stopLocked() {
+	if d.sp != nil {
+		defer d.sp.Stop()
+	}
 	if d.c == nil {
+		d.sp = nil
 		return
 	}
 	if err := d.c.Close(); err != nil {
 		d.log.Debug("bridge: stopping MCP server", "err", err)
 	}
-	d.c, d.cmd = nil, nil
+	d.c, d.cmd, d.sp = nil, nil, nil
+}
+
+// aliveLocked is how to tell whether the running server is still there.
+func (d *downstream) aliveLocked() func() bool {
+	if sp := d.sp; sp != nil {
+		return sp.Alive
+	}
+	cmd := d.cmd
+	return func() bool { return processAlive(cmd) }
 }
 
 func (d *downstream) close() error {
@@ -170,7 +195,7 @@ func (d *downstream) close() error {
 func (d *downstream) call(ctx context.Context, tool string, args json.RawMessage) (*mcp.CallToolResult, error) {
 	d.mu.Lock()
 	c, err := d.clientLocked(ctx)
-	cmd := d.cmd
+	alive := d.aliveLocked()
 	d.mu.Unlock()
 	if err != nil {
 		d.log.Warn("bridge: MCP server unavailable", "err", err)
@@ -193,7 +218,7 @@ func (d *downstream) call(ctx context.Context, tool string, args json.RawMessage
 	case errors.Is(err, context.Canceled):
 		return nil, &callError{kindUnavail, "the call was cancelled: the execution is ending"}
 	}
-	if !processAlive(cmd) || errors.Is(err, transport.ErrTransportClosed) {
+	if !alive() || errors.Is(err, transport.ErrTransportClosed) {
 		d.log.Warn("bridge: MCP server died during a call", "tool", tool, "err", err)
 		d.mu.Lock()
 		if d.c == c {
@@ -219,4 +244,17 @@ type stderrLog struct {
 func (w *stderrLog) Write(p []byte) (int, error) {
 	w.log.Debug("bridge: MCP server stderr", "text", string(p))
 	return len(p), nil
+}
+
+// SpawnFunc starts a server elsewhere (in a sandbox) and hands back its
+// stdio.
+type SpawnFunc func(ctx context.Context) (*Spawned, error)
+
+// Spawned is a server a SpawnFunc started.
+type Spawned struct {
+	Stdin  io.WriteCloser
+	Stdout io.Reader
+	Stderr io.ReadCloser
+	Alive  func() bool
+	Stop   func() // ends it and everything it used
 }

@@ -121,8 +121,10 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	removeDeadBridgeDirs(cfg.StateDir, opts.Logger)
 	e.proxy = egress.New(egress.Options{Logger: opts.Logger, Audit: opts.Audit})
 	if len(cfg.MCPTools) > 0 {
+		servers := bridge.ServersFromConfig(cfg.MCPTools)
+		e.sandboxServers(servers, cfg.MCPTools)
 		e.bridge, err = bridge.New(ctx, bridge.Options{
-			Servers: bridge.ServersFromConfig(cfg.MCPTools), Logger: opts.Logger, Audit: opts.Audit,
+			Servers: servers, Logger: opts.Logger, Audit: opts.Audit,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("mcp_tools: %w", err)
@@ -380,15 +382,16 @@ func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandb
 
 // startSandbox starts a cold sandbox of image with the profile's default
 // limits; destroying it releases its image mount.
-func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandbox, error) {
+func (e *Engine) startSandbox(ctx context.Context, image string, binds ...sandbox.Bind) (*sandbox.Sandbox, error) {
 	fs, err := e.store.Acquire(ctx, image)
 	if err != nil {
 		return nil, err
 	}
 	cfg := e.sandboxConfig(fs.Path())
 	cfg.ImageID = fs.Image().ID
+	cfg.Binds = binds
 	var bridgeDir, sbID string
-	if e.bridge != nil || e.egressPossible() {
+	if e.bridge != nil || e.egressPossible() || len(binds) > 0 {
 		if bridgeDir, err = e.newBridgeDir(); err != nil {
 			fs.Release()
 			return nil, err
@@ -507,12 +510,12 @@ func (e *Engine) Close(grace time.Duration) error {
 	for _, p := range pools {
 		errs = append(errs, p.Close())
 	}
-	e.bg.Wait()
-	errs = append(errs, e.rt.Close(), e.store.Close())
 	if e.bridge != nil {
+		// Before the runtime: sandboxed servers are its sandboxes.
 		errs = append(errs, e.bridge.Close())
 	}
-	errs = append(errs, e.proxy.Close())
+	e.bg.Wait()
+	errs = append(errs, e.rt.Close(), e.store.Close(), e.proxy.Close())
 	return errors.Join(errs...)
 }
 

@@ -510,6 +510,11 @@ def _compile(code):
 
 
 _cell_entry = None  # linecache's entry for the running cell: tracebacks and warnings show its lines
+# The sources of the cells run so far, newest last, at most _CELLS_MAX bytes: a function
+# defined in an earlier cell has only "<cell>" as its file, so save_tool (runtime/hosted)
+# finds its source here. Not kept across hibernation.
+_CELLS = []
+_CELLS_MAX = 1 << 20
 
 
 def _remember_cell(code):
@@ -518,6 +523,11 @@ def _remember_cell(code):
     entry and hands it over at that import."""
     global _cell_entry
     _cell_entry = (len(code), None, code.splitlines(True), CELL)
+    if len(code) <= _CELLS_MAX:
+        _CELLS.append(code)
+        total = sum(len(c) for c in _CELLS)
+        while total > _CELLS_MAX:
+            total -= len(_CELLS.pop(0))
     lc = sys.modules.get("linecache")
     if lc is not None:
         try:

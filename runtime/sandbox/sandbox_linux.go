@@ -294,6 +294,8 @@ type Config struct {
 	// BridgeDir, when set, is bind-mounted at /run/forge (the sandbox's own
 	// code-mode socket).
 	BridgeDir string
+	// Binds are mounted read-only under /run/forge (they need BridgeDir).
+	Binds []Bind
 	// UID is the uid (and gid) code runs as inside; container ids are
 	// mapped onto the sandbox's own block of host ids (Options.IDRange).
 	UID uint32
@@ -365,7 +367,11 @@ func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (
 	if cfg.BridgeDir != "" {
 		opts = append(opts, WithReadOnlyBind(cfg.BridgeDir, BridgeMountPoint))
 	}
-	return NewSpec(opts...)
+	binds, err := bindOpts(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewSpec(append(opts, binds...)...)
 }
 
 // Sandbox is one running sandbox whose init process is the agent.

@@ -1,0 +1,221 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-forge/forge/runtime/hosted"
+)
+
+// Hosted tools (runtime/hosted): listed beside forge's own tools, their
+// arguments checked before mcp-go sees the call (a violation is -32602),
+// every call run by the host in a sandbox.
+
+const resourceHostedTools = "forge://tools/hosted"
+
+// hostedEntry is one Host whose tools are listed (the file of
+// forge serve --tools, a principal's saved tools).
+type hostedEntry struct {
+	h     *hosted.Host
+	names []string
+}
+
+// AttachHosted lists h's tools beside forge's own. A name that collides
+// with one of forge's tools or another hosted tool is an error naming both;
+// so is it at a reload, which then keeps the previous table.
+func (s *Server) AttachHosted(h *hosted.Host) error {
+	s.hostedMu.Lock()
+	defer s.hostedMu.Unlock()
+	if s.own == nil {
+		s.own = map[string]bool{}
+		for name := range s.mcp.ListTools() {
+			s.own[name] = true
+		}
+		s.own[toolSaveTool], s.own[toolRemoveTool] = true, true
+	}
+	e := &hostedEntry{h: h}
+	check := func(tools []hosted.Tool) error {
+		for _, t := range tools {
+			if s.own[t.Name] {
+				return fmt.Errorf("%w: the hosted tool %q (%s) has the name of forge's own tool %q; rename it with @tool(name=...)",
+					hosted.ErrCollision, t.Name, h.Path(), t.Name)
+			}
+			for _, o := range s.hosts {
+				if o != e && slices.Contains(o.names, t.Name) {
+					return fmt.Errorf("%w: the hosted tool %q (%s) has the name of the hosted tool %q (%s)",
+						hosted.ErrCollision, t.Name, h.Path(), t.Name, o.h.Path())
+				}
+			}
+		}
+		return nil
+	}
+	tools := h.Tools()
+	if err := check(tools); err != nil {
+		return err
+	}
+	e.names = s.addHosted(nil, tools)
+	s.hosts = append(s.hosts, e)
+	h.SetHooks(func(tools []hosted.Tool) error {
+		s.hostedMu.Lock()
+		defer s.hostedMu.Unlock()
+		return check(tools)
+	}, func() {
+		s.hostedMu.Lock()
+		defer s.hostedMu.Unlock()
+		e.names = s.addHosted(e.names, h.Tools())
+	})
+	if !s.hostedResource {
+		s.hostedResource = true
+		s.mcp.AddResource(mcp.NewResource(resourceHostedTools, "Hosted tools",
+			mcp.WithResourceDescription("The hosted tools (forge_tools functions run in sandboxes) and the saved tools of this principal: name, description, schemas, timeout, memory, persistent."),
+			mcp.WithMIMEType("application/json")), s.readHostedTools)
+	}
+	return nil
+}
+
+// hostOf is the Host serving tool name, nil if none.
+func (s *Server) hostOf(name string) *hosted.Host {
+	s.hostedMu.Lock()
+	defer s.hostedMu.Unlock()
+	for _, e := range s.hosts {
+		if e.h.Has(name) {
+			return e.h
+		}
+	}
+	return nil
+}
+
+// addHosted replaces the registered hosted tools old by tools (mcp-go
+// sends notifications/tools/list_changed for each change).
+func (s *Server) addHosted(old []string, tools []hosted.Tool) []string {
+	names := make([]string, 0, len(tools))
+	entries := make([]mcpserver.ServerTool, 0, len(tools))
+	for _, t := range tools {
+		mt := mcp.NewToolWithRawSchema(t.Name, t.Description, t.InputSchema)
+		if len(t.OutputSchema) > 0 {
+			mt.RawOutputSchema = t.OutputSchema
+		}
+		name := t.Name
+		entries = append(entries, mcpserver.ServerTool{Tool: mt, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return s.handleHosted(ctx, name, req)
+		}})
+		names = append(names, t.Name)
+	}
+	var gone []string
+	for _, n := range old {
+		if !slices.Contains(names, n) {
+			gone = append(gone, n)
+		}
+	}
+	if len(gone) > 0 {
+		s.mcp.DeleteTools(gone...)
+	}
+	if len(entries) > 0 {
+		s.mcp.AddTools(entries...)
+	}
+	return names
+}
+
+// hostedPrecheck answers a tools/call of a hosted tool whose arguments break
+// its inputSchema with invalid params (-32602), naming the field path.
+func (s *Server) hostedPrecheck(msg message) mcp.JSONRPCMessage {
+	if msg.kind != kindRequest || msg.method != string(mcp.MethodToolsCall) {
+		return nil
+	}
+	s.hostedMu.Lock()
+	none := len(s.hosts) == 0
+	s.hostedMu.Unlock()
+	if none {
+		return nil
+	}
+	var p struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if json.Unmarshal(msg.params, &p) != nil {
+		return nil
+	}
+	h := s.hostOf(p.Name)
+	if h == nil {
+		return nil
+	}
+	var ae *hosted.ArgumentError
+	if err := h.Validate(p.Name, p.Arguments); errors.As(err, &ae) {
+		return mcp.NewJSONRPCError(mcp.NewRequestId(msg.id), mcp.INVALID_PARAMS, ae.Error(), map[string]any{"path": ae.Path})
+	}
+	return nil
+}
+
+func (s *Server) handleHosted(ctx context.Context, name string, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	s.active.Add(1)
+	defer s.active.Done()
+	if s.draining() {
+		return mcp.NewToolResultError("forge is shutting down; no new calls are accepted"), nil
+	}
+	raw := req.Params.RawArguments
+	if len(raw) == 0 && req.Params.Arguments != nil {
+		var err error
+		if raw, err = json.Marshal(req.Params.Arguments); err != nil {
+			return nil, err
+		}
+	}
+	h := s.hostOf(name)
+	if h == nil {
+		return mcp.NewToolResultError(fmt.Sprintf("the hosted tool %q is no longer served (see forge://tools/hosted)", name)), nil
+	}
+	ctx, cancel := s.execContext(ctx)
+	defer cancel()
+	r, err := h.Call(ctx, s.principal(ctx), name, raw)
+	if err != nil {
+		var ae *hosted.ArgumentError
+		if errors.As(err, &ae) {
+			return nil, err // an in-process client that skipped hostedPrecheck
+		}
+		return mcp.NewToolResultError("forge could not run the tool (an error of the sandbox, not of the tool): " + err.Error()), nil
+	}
+	out := &mcp.CallToolResult{IsError: r.IsError, Content: []mcp.Content{mcp.NewTextContent(r.Text)}}
+	if len(r.Structured) > 0 {
+		out.StructuredContent = r.Structured
+	}
+	if r.IsError && r.ErrorType != "" {
+		out.Meta = mcp.NewMetaFromMap(map[string]any{"forge/error": map[string]any{"type": r.ErrorType, "message": r.ErrorMessage}})
+	}
+	return out, nil
+}
+
+func (s *Server) readHostedTools(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+	type entry struct {
+		Name         string          `json:"name"`
+		Description  string          `json:"description,omitempty"`
+		InputSchema  json.RawMessage `json:"inputSchema"`
+		OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+		TimeoutS     float64         `json:"timeout_s,omitempty"`
+		MemoryBytes  int64           `json:"memory_bytes,omitempty"`
+		Persistent   bool            `json:"persistent"`
+		Source       string          `json:"source"`
+	}
+	out := []entry{}
+	s.hostedMu.Lock()
+	hosts := slices.Clone(s.hosts)
+	s.hostedMu.Unlock()
+	for _, e := range hosts {
+		for _, t := range e.h.Tools() {
+			out = append(out, entry{t.Name, t.Description, t.InputSchema, t.OutputSchema, t.Timeout.Seconds(), t.Memory, t.Persistent, e.h.Path()})
+		}
+	}
+	doc := map[string]any{"tools": out}
+	if s.saver != nil {
+		doc["saved"] = s.saver.List(s.principal(ctx))
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "application/json", Text: string(b)}}, nil
+}
