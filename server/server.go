@@ -150,9 +150,10 @@ func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRP
 	if reply != nil {
 		return reply
 	}
+	ctx, cancelled := withCancelMark(ctx)
 	resp := s.mcp.HandleMessage(ctx, raw)
-	if msg.kind == kindNotification {
-		return nil // JSON-RPC: a notification is never answered
+	if msg.kind == kindNotification || cancelled.Load() {
+		return nil // JSON-RPC: a notification is never answered; MCP: nor a cancelled request
 	}
 	return resp
 }

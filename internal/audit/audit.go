@@ -34,6 +34,9 @@ const (
 	EventBuildRequest      = "build.request"
 	EventBuildComplete     = "build.complete"
 	EventToolCall          = "tool.call"
+	// EventExecutionCancel: the client cancelled a run (notifications/cancelled
+	// or a closed HTTP stream); no result was sent.
+	EventExecutionCancel = "execution.cancel"
 )
 
 // Severities.

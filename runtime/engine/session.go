@@ -81,7 +81,7 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 		var err error
 		res, err = sb.Exec(ctx, req.Code, sandbox.ExecOptions{
 			Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit),
-			KeepAlive: true, Grace: interruptGrace,
+			KeepAlive: true, Grace: interruptGrace, OnOutput: req.onOutput(),
 		})
 		if err != nil {
 			return err
