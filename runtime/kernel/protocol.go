@@ -46,7 +46,7 @@ type reply struct {
 	Truncated  bool            `json:"truncated"`
 	Result     json.RawMessage `json:"result"`
 	RawDisplay json.RawMessage `json:"display"`
-	Count      int             `json:"count"` // user variables afterwards
+	Count      int             `json:"count"`   // user variables afterwards
 	Skipped    int64           `json:"skipped"` // output: bytes left out of the chunk
 
 	RawVariables json.RawMessage `json:"variables"` // inspect
