@@ -104,11 +104,14 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
+	report, stopProgress := s.progress(ctx, req)
 	res, err := s.eng.Execute(ectx, engine.Request{
 		Principal: s.principal(ctx), Client: clientName(ctx),
 		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
 		SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter, MCPTools: args.MCPTools,
+		Progress: report,
 	})
+	stopProgress()
 	if s.cancelledByClient(ctx, args.SessionID) {
 		return nil, errCancelled
 	}
