@@ -119,6 +119,8 @@ func New(eng Engine, opts Options) *Server {
 		mcpserver.WithLogging(),
 		mcpserver.WithRecovery(),
 		mcpserver.WithResourceRecovery(),
+		mcpserver.WithToolHandlerMiddleware(s.readyTools),
+		mcpserver.WithResourceHandlerMiddleware(s.readyResources),
 	)
 	s.tool = executeTool(s.cfg)
 	s.mcp.AddTool(s.tool, s.handleExecute)

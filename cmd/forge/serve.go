@@ -80,12 +80,27 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer auditLog.Close()
-	eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr})
-	if err != nil {
-		return err
-	}
-	eng.Prewarm() // the pool fills while the client connects
-	srv := server.New(eng, server.Options{Version: version, Logger: g.log, Audit: auditLog,
+	// The engine (image store, pools, bridge) opens while the client
+	// connects: initialize and server/discover need only the configuration,
+	// and tool calls wait for it (server.Deferred). If it cannot open, serve
+	// stops with its error.
+	deferred := server.NewDeferred(cfg)
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	opened := make(chan *engine.Engine, 1)
+	go func() {
+		eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr})
+		if err != nil {
+			deferred.Resolve(nil, err)
+			stop(err)
+			opened <- nil
+			return
+		}
+		eng.Prewarm() // the pool fills while the client connects
+		deferred.Resolve(eng, nil)
+		opened <- eng
+	}()
+	srv := server.New(deferred, server.Options{Version: version, Logger: g.log, Audit: auditLog,
 		Host: func() any { return hostChecks() }})
 
 	if ln != nil {
@@ -97,8 +112,12 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	}
 	// The server has answered every request: executions finished within
 	// the grace period or were killed. Close destroys whatever is left.
-	if cerr := eng.Close(cfg.Server.ShutdownGrace.Std()); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("closing the engine: %w", cerr))
+	if eng := <-opened; eng != nil {
+		if cerr := eng.Close(cfg.Server.ShutdownGrace.Std()); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing the engine: %w", cerr))
+		}
+	} else if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		err = errors.Join(err, cause)
 	}
 	g.log.Info("forge serve stopped")
 	return err
