@@ -242,5 +242,6 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
+		s.markAnswered()
 	})
 }

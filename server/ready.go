@@ -83,3 +83,11 @@ func (s *Server) readyResources(next mcpserver.ResourceHandlerFunc) mcpserver.Re
 		return next(ctx, req)
 	}
 }
+
+// Answered is closed once the server has sent its first reply (to
+// initialize or server/discover, typically): `forge serve` opens the engine
+// after it, so that the two do not compete for the CPU while a client
+// connects.
+func (s *Server) Answered() <-chan struct{} { return s.answered }
+
+func (s *Server) markAnswered() { s.answeredOnce.Do(func() { close(s.answered) }) }

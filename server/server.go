@@ -92,6 +92,9 @@ type Server struct {
 	cancelKill context.CancelFunc
 	// active counts tool calls in flight.
 	active sync.WaitGroup
+	// answered is closed once the first reply went out (see Answered).
+	answered     chan struct{}
+	answeredOnce sync.Once
 }
 
 // New builds the MCP server around eng.
@@ -105,7 +108,7 @@ func New(eng Engine, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{})}
+	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{}), answered: make(chan struct{})}
 	s.kill, s.cancelKill = context.WithCancel(context.Background())
 	name := s.cfg.Server.Name
 	if name == "" {

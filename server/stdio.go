@@ -102,6 +102,7 @@ func (s *Server) dispatch(ctx context.Context, line []byte, w *lineWriter, wg *s
 		defer wg.Done()
 		if resp := s.handle(ctx, msg, line); resp != nil {
 			w.write(resp)
+			s.markAnswered()
 		}
 	}()
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"time"
 
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/runtime/engine"
@@ -87,8 +88,19 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	deferred := server.NewDeferred(cfg)
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	srv := server.New(deferred, server.Options{Version: version, Logger: g.log, Audit: auditLog,
+		Host: func() any { return hostChecks() }})
 	opened := make(chan *engine.Engine, 1)
 	go func() {
+		// After the first reply, or openDelay without a client: on a
+		// small machine the two compete for the CPU.
+		t := time.NewTimer(openDelay)
+		select {
+		case <-srv.Answered():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
 		eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr})
 		if err != nil {
 			deferred.Resolve(nil, err)
@@ -100,8 +112,6 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		deferred.Resolve(eng, nil)
 		opened <- eng
 	}()
-	srv := server.New(deferred, server.Options{Version: version, Logger: g.log, Audit: auditLog,
-		Host: func() any { return hostChecks() }})
 
 	if ln != nil {
 		g.log.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+server.EndpointPath)
@@ -122,6 +132,10 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	g.log.Info("forge serve stopped")
 	return err
 }
+
+// openDelay is how long serve waits for a client's first request before it
+// opens the engine anyway.
+const openDelay = 100 * time.Millisecond
 
 // openAudit opens the audit log (default <state_dir>/audit.log).
 func openAudit(stateDir, path string, maxSize int64, backups int) (*audit.Logger, error) {
