@@ -67,6 +67,7 @@ run "TypeScript SDK over stdio" node --test --test-reporter=spec sdk-stdio.mjs
 run "inspector CLI over stdio" node --test --test-reporter=spec inspector-cli.mjs
 run "sessions across a restart (TypeScript SDK)" node --test --test-reporter=spec sdk-sessions.mjs
 run "progress, cancellation, compact results, protocol eras (TypeScript SDK)" node --test --test-reporter=spec sdk-streaming.mjs
+run "progress and cancellation over HTTP (TypeScript SDK, raw 2026-07-28)" node --test --test-reporter=spec http-streaming.mjs
 # The standalone forge_tools server (sdk/python, no forge involved).
 run "forge_tools serve: TypeScript SDK over stdio" node --test --test-reporter=spec forge-tools-sdk.mjs
 run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=spec forge-tools-inspector.mjs
