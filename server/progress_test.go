@@ -39,7 +39,6 @@ func TestProgressRateAndBound(t *testing.T) {
 	c := connect(t, New(chattyEngine{newStub()}, Options{}))
 	var mu sync.Mutex
 	var notes []mcp.JSONRPCNotification
-	var at []time.Time
 	done := false
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
 		mu.Lock()
@@ -48,7 +47,7 @@ func TestProgressRateAndBound(t *testing.T) {
 			if done {
 				t.Errorf("a progress notification after the result")
 			}
-			notes, at = append(notes, n), append(at, time.Now())
+			notes = append(notes, n)
 		}
 	})
 	req := mcp.CallToolRequest{}
@@ -61,10 +60,10 @@ func TestProgressRateAndBound(t *testing.T) {
 	mu.Lock()
 	done = true
 	defer mu.Unlock()
-	if len(notes) < 3 || len(notes) > 6 {
-		t.Fatalf("got %d notifications over 1.2 s, want 3 to 6 (every 250 ms)", len(notes))
+	if len(notes) < 3 {
+		t.Fatalf("got %d notifications over 1.2 s, want at least 3 (every 250 ms)", len(notes))
 	}
-	last := -1.0
+	last, prev := -1.0, 0.0
 	for i, n := range notes {
 		f := n.Params.AdditionalFields
 		if f["progressToken"] != "tok" {
@@ -78,9 +77,11 @@ func TestProgressRateAndBound(t *testing.T) {
 		if out, _ := f["stdout"].(string); len(out) > progressChunkCap {
 			t.Errorf("notification %d carries %d bytes of stdout, over %d", i, len(out), progressChunkCap)
 		}
-		if i > 0 && at[i].Sub(at[i-1]) < 200*time.Millisecond {
-			t.Errorf("notifications %d and %d only %s apart", i-1, i, at[i].Sub(at[i-1]))
+		// The server's own clock: the client's receipt times jitter under load.
+		if i > 0 && p-prev < progressInterval.Seconds() {
+			t.Errorf("notifications %d and %d sent only %.3f s apart", i-1, i, p-prev)
 		}
+		prev = p
 	}
 	if _, ok := notes[len(notes)-1].Params.AdditionalFields["skipped_bytes"]; !ok {
 		t.Errorf("120 KB of output in ~16 KiB notifications without skipped_bytes")

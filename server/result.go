@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -297,3 +298,29 @@ var outputSchema = json.RawMessage(`{
   },
   "required": ["success", "stdout", "stderr", "display", "error", "exit_code", "timed_out", "oom_killed", "truncated", "execution_time_ms", "memory_peak_bytes", "session_id"]
 }`)
+
+// uriSessionFile is a file of a session's /workspace: the resource_link of
+// saved output points here, and resources/read reads it as read_file does.
+const uriSessionFile = "forge://sessions/{id}/files/{+path}"
+
+// addFileResource serves uriSessionFile for the caller's own sessions.
+func (s *Server) addFileResource() {
+	s.mcp.AddResourceTemplate(mcp.NewResourceTemplate(uriSessionFile, "session-file",
+		mcp.WithTemplateDescription("A file in a session's /workspace (as the read_file tool reads it), e.g. output that execute_python saved under .forge/output.")),
+		func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			rest, _ := strings.CutPrefix(req.Params.URI, "forge://sessions/")
+			id, path, ok := strings.Cut(rest, "/files/")
+			if !ok || id == "" || path == "" {
+				return nil, fmt.Errorf("resource %q: want %s", req.Params.URI, uriSessionFile)
+			}
+			data, err := s.eng.ReadFile(ctx, s.principal(ctx), id, path)
+			if err != nil {
+				return nil, err
+			}
+			if utf8.Valid(data) {
+				return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "text/plain", Text: string(data)}}, nil
+			}
+			return []mcp.ResourceContents{mcp.BlobResourceContents{URI: req.Params.URI, MIMEType: "application/octet-stream",
+				Blob: base64.StdEncoding.EncodeToString(data)}}, nil
+		})
+}

@@ -128,6 +128,7 @@ func New(eng Engine, opts Options) *Server {
 	s.tool = executeTool(s.cfg)
 	s.mcp.AddTool(s.tool, s.handleExecute)
 	s.addSessionTools()
+	s.addFileResource()
 	s.addResources()
 	return s
 }
