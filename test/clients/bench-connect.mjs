@@ -22,8 +22,20 @@ async function connectOnce(command, args) {
   const client = new Client({ name: "forge-bench-connect", version: "1" });
   await client.connect(transport); // initialize + notifications/initialized
   const ms = performance.now() - t0;
+  const pid = transport.pid;
   await client.close();
-  return ms;
+  // Wait until the server has exited (untimed): a forge still shutting down
+  // would load the machine, and hold the image store's lock, during the
+  // next spawn.
+  for (const deadline = performance.now() + 30000; performance.now() < deadline;) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      return ms;
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`${command} (pid ${pid}) did not exit within 30 s of close`);
 }
 
 const median = (xs) => {
