@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/internal/startgc"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/server"
 )
@@ -101,6 +102,7 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		case <-ctx.Done():
 		}
 		t.Stop()
+		startgc.Restore()
 		eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr})
 		if err != nil {
 			deferred.Resolve(nil, err)
