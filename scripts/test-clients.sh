@@ -66,6 +66,8 @@ export FORGE_BIN=$forge
 run "TypeScript SDK over stdio" node --test --test-reporter=spec sdk-stdio.mjs
 run "inspector CLI over stdio" node --test --test-reporter=spec inspector-cli.mjs
 run "sessions across a restart (TypeScript SDK)" node --test --test-reporter=spec sdk-sessions.mjs
+run "progress, cancellation, compact results, protocol eras (TypeScript SDK)" node --test --test-reporter=spec sdk-streaming.mjs
+run "progress and cancellation over HTTP (TypeScript SDK, raw 2026-07-28)" node --test --test-reporter=spec http-streaming.mjs
 # The standalone forge_tools server (sdk/python, no forge involved).
 run "forge_tools serve: TypeScript SDK over stdio" node --test --test-reporter=spec forge-tools-sdk.mjs
 run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=spec forge-tools-inspector.mjs
@@ -103,6 +105,31 @@ conformance() {
 for scenario in server-initialize ping tools-list resources-list logging-set-level dns-rebinding-protection server-sse-multiple-streams; do
 	run "conformance $scenario" conformance "$scenario"
 done
+# The 2026-07-28 revision (stateless, server/discover) with the newest
+# conformance that has its scenarios (conformance-next, 0.2.0-alpha). The
+# suite speaks HTTP only; stdio's 2026-07-28 is covered by sdk-streaming.mjs.
+# A few checks need the suite's fixture tools (test_missing_capability and
+# tools that log or ask the client), or prompts, which forge does not have:
+# they are the only failures allowed, each named.
+conformance_next() {
+	local scenario=$1 allowed=$2 out failures
+	out=$(cd "$work" && "$node22" "$clients/node_modules/conformance-next/dist/index.js" server --url "$url" --scenario "$scenario" --spec-version 2026-07-28 2>&1) || true
+	echo "$out" | grep -E 'Passed: ' >&2 || { echo "$out" >&2; return 1; }
+	failures=$(echo "$out" | sed 's/\x1b\[[0-9;]*m//g' | grep -F 'FAILURE' | grep -oE '\[[a-z0-9-]+ *\]' | tr -d '[] ' | sort -u || true)
+	for f in $failures; do
+		if [[ " $allowed " != *" $f "* ]]; then
+			echo "$out" >&2
+			echo "unexpected failure: $f" >&2
+			return 1
+		fi
+	done
+}
+fixture_checks="sep-2575-server-rejects-undeclared-capability sep-2575-missing-capability-http-400 sep-2575-http-server-no-independent-requests-on-stream sep-2575-server-no-log-without-loglevel"
+run "conformance 2026-07-28 server-stateless" conformance_next server-stateless "$fixture_checks"
+run "conformance 2026-07-28 caching" conformance_next caching "sep-2549-prompts-list-caching-hints"
+for scenario in tools-list resources-list sep-2164-resource-not-found dns-rebinding-protection server-sse-multiple-streams; do
+	run "conformance 2026-07-28 $scenario" conformance_next "$scenario" ""
+done
 kill -TERM "$http_pid"
 if ! wait "$http_pid"; then
 	cat "$work/serve.log" >&2
@@ -111,6 +138,12 @@ fi
 http_pid=
 
 if [[ ${FORGE_SKIP_BENCH:-0} != 1 ]]; then
+	log "connect (stdio, TypeScript SDK): forge serve beside the mcp-go sample server, interleaved"
+	sample=${FORGE_TEST_MCPSERVER:-$root/bin/mcpserver}
+	[[ -x $sample ]] || (cd "$root" && CGO_ENABLED=0 go build -o "$sample" ./testdata/mcpserver)
+	if ! node bench-connect.mjs "$forge" "$sample" 30 && [[ ${FORGE_BENCH_STRICT:-0} == 1 ]]; then
+		failed+=("connect target (forge ≤ 1.0 × the mcp-go sample)")
+	fi
 	log "latency (stdio): spawn → initialized, tools/list, execute_python print(1)"
 	if ! node bench-stdio.mjs "$forge" 20 200 && [[ ${FORGE_BENCH_STRICT:-0} == 1 ]]; then
 		failed+=("latency targets")

@@ -93,37 +93,6 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 	return b
 }
 
-// outputSchema is the JSON Schema of kernel.Result (DESIGN's ExecutionResult).
-var outputSchema = json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "success": {"type": "boolean", "description": "true when the code ran to the end without an exception"},
-    "stdout": {"type": "string"},
-    "stderr": {"type": "string"},
-    "result": {"description": "value of the last expression: its JSON value, or its repr as a string; null when none"},
-    "display": {"type": "array", "items": {"type": "object", "properties": {
-      "mime_type": {"type": "string"},
-      "data": {"type": "string", "description": "base64 for images, else text"}
-    }, "required": ["mime_type", "data"]}},
-    "error": {"type": ["object", "null"], "properties": {
-      "type": {"type": "string"},
-      "message": {"type": "string"},
-      "traceback": {"type": "string"},
-      "line": {"type": "integer"},
-      "column": {"type": "integer"}
-    }, "required": ["type", "message", "traceback"]},
-    "exit_code": {"type": "integer"},
-    "timed_out": {"type": "boolean"},
-    "oom_killed": {"type": "boolean"},
-    "truncated": {"type": "boolean"},
-    "execution_time_ms": {"type": "number"},
-    "memory_peak_bytes": {"type": "integer", "minimum": 0},
-    "session_id": {"type": ["string", "null"]},
-    "notes": {"type": "array", "items": {"type": "string"}, "description": "what forge has to say beyond the code's output: a session restored or lost"}
-  },
-  "required": ["success", "stdout", "stderr", "display", "error", "exit_code", "timed_out", "oom_killed", "truncated", "execution_time_ms", "memory_peak_bytes", "session_id"]
-}`)
-
 // handleExecute runs execute_python. Arguments were decoded by precheck on
 // the way in; a decode error here (an in-process caller that bypassed
 // HandleMessage) is still reported as an error, never run.
@@ -140,16 +109,21 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
+	report, stopProgress := s.progress(ctx, req)
 	res, err := s.eng.Execute(ectx, engine.Request{
 		Principal: s.principal(ctx), Client: clientName(ctx),
 		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
 		SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter, MCPTools: args.MCPTools,
-		Egress: args.Egress,
+		Egress: args.Egress, Progress: report,
 	})
+	stopProgress()
+	if s.cancelledByClient(ctx, args.SessionID) {
+		return nil, errCancelled
+	}
 	if err != nil {
 		return s.executeError(err), nil
 	}
-	return renderResult(res), nil
+	return s.render(ctx, res), nil
 }
 
 // unsupported refuses the parts of the tool interface this build lacks.
@@ -194,23 +168,6 @@ func clientName(ctx context.Context) string {
 		return info.Name
 	}
 	return ""
-}
-
-// renderResult builds the reply: text for the model, one image per image in
-// display, the ExecutionResult as structured content, isError when the code
-// failed.
-func renderResult(r *kernel.Result) *mcp.CallToolResult {
-	sr := *r
-	if sr.Display == nil {
-		sr.Display = []kernel.Display{}
-	}
-	content := []mcp.Content{mcp.NewTextContent(resultText(&sr))}
-	for i, d := range sr.Display {
-		if c := displayContent(i, d); c != nil {
-			content = append(content, c)
-		}
-	}
-	return &mcp.CallToolResult{Content: content, StructuredContent: &sr, IsError: !sr.Success}
 }
 
 // displayContent maps one display item to MCP content; nil when it has no

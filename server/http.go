@@ -206,7 +206,8 @@ func truncate(s string, n int) string {
 // decode ride along in the request's context to the handler.
 func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = r.WithContext(withPrincipal(r.Context(), p))
+		ctx, cancelled := withCancelMark(withPrincipal(r.Context(), p))
+		r, w = r.WithContext(ctx), &cancelWriter{ResponseWriter: w, mark: cancelled}
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)
 			return
@@ -244,5 +245,6 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
+		s.markAnswered()
 	})
 }

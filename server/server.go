@@ -101,6 +101,9 @@ type Server struct {
 	own            map[string]bool
 	hostedResource bool
 	saver          *hosted.Saver
+	// answered is closed once the first reply went out (see Answered).
+	answered     chan struct{}
+	answeredOnce sync.Once
 }
 
 // New builds the MCP server around eng.
@@ -114,7 +117,7 @@ func New(eng Engine, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{})}
+	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{}), answered: make(chan struct{})}
 	s.kill, s.cancelKill = context.WithCancel(context.Background())
 	name := s.cfg.Server.Name
 	if name == "" {
@@ -128,10 +131,13 @@ func New(eng Engine, opts Options) *Server {
 		mcpserver.WithLogging(),
 		mcpserver.WithRecovery(),
 		mcpserver.WithResourceRecovery(),
+		mcpserver.WithToolHandlerMiddleware(s.readyTools),
+		mcpserver.WithResourceHandlerMiddleware(s.readyResources),
 	)
 	s.tool = executeTool(s.cfg)
 	s.mcp.AddTool(s.tool, s.handleExecute)
 	s.addSessionTools()
+	s.addFileResource()
 	s.addResources()
 	return s
 }
@@ -162,9 +168,10 @@ func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRP
 	if reply != nil {
 		return reply
 	}
+	ctx, cancelled := withCancelMark(ctx)
 	resp := s.mcp.HandleMessage(ctx, raw)
-	if msg.kind == kindNotification {
-		return nil // JSON-RPC: a notification is never answered
+	if msg.kind == kindNotification || cancelled.Load() {
+		return nil // JSON-RPC: a notification is never answered; MCP: nor a cancelled request
 	}
 	return resp
 }

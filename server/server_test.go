@@ -346,6 +346,10 @@ func TestRenderResult(t *testing.T) {
 	if string(mustJSON(m["display"])) != "[]" {
 		t.Errorf("got display %s, want []", mustJSON(m["display"]))
 	}
+	sc := r.StructuredContent.(*compactResult)
+	if len(sc.Display) != 4 || sc.Display[0].Data != "" || *sc.Display[0].Content != 1 || sc.Display[2].Data != "<b>x</b>" || sc.Display[3].Content != nil {
+		t.Errorf("got display refs %s, want the png by reference, html by text, the weird type without content", mustJSON(sc.Display))
+	}
 }
 
 func mustJSON(v any) []byte { b, _ := json.Marshal(v); return b }

@@ -35,6 +35,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	defer s.mcp.UnregisterSession(context.WithoutCancel(ctx), sess.SessionID())
 	w := &lineWriter{w: out}
 	reqCtx, cancelRequests := context.WithCancel(withPrincipal(s.mcp.WithContext(context.WithoutCancel(ctx), sess), s.principal(ctx)))
+	reqCtx = withNotifier(reqCtx, func(n mcp.JSONRPCNotification) { w.write(n) })
 	defer cancelRequests()
 
 	notesDone := make(chan struct{})
@@ -101,6 +102,7 @@ func (s *Server) dispatch(ctx context.Context, line []byte, w *lineWriter, wg *s
 		defer wg.Done()
 		if resp := s.handle(ctx, msg, line); resp != nil {
 			w.write(resp)
+			s.markAnswered()
 		}
 	}()
 }

@@ -6,9 +6,15 @@ import (
 	"os"
 
 	"github.com/mcp-forge/forge/internal/hooks"
+	"github.com/mcp-forge/forge/internal/startgc"
 )
 
 func main() {
+	// The collector was off while packages initialized; serve turns it back
+	// on after its first reply (or startgc's bound), everything else now.
+	if len(os.Args) < 2 || os.Args[1] != "serve" {
+		startgc.Restore()
+	}
 	// Re-exec hooks first: libcontainer's init ran from hooks' init already
 	// when this process is a container's init; storage re-execs here.
 	if hooks.Reexec() {

@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"time"
 
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/internal/startgc"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/hosted"
 	"github.com/mcp-forge/forge/server"
@@ -88,41 +90,81 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	defer auditLog.Close()
-	eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr})
-	if err != nil {
-		return err
-	}
-	eng.Prewarm() // the pool fills while the client connects
-	srv := server.New(eng, server.Options{Version: version, Logger: g.log, Audit: auditLog,
+	// The engine (image store, pools, bridge) opens while the client
+	// connects: initialize and server/discover need only the configuration,
+	// and tool calls wait for it (server.Deferred). If it cannot open, serve
+	// stops with its error.
+	deferred := server.NewDeferred(cfg)
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	srv := server.New(deferred, server.Options{Version: version, Logger: g.log, Audit: auditLog,
 		Host: func() any { return hostChecks() }})
+	openEngine := func() (*engine.Engine, error) {
+		startgc.Restore()
+		eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr})
+		if err != nil {
+			deferred.Resolve(nil, err)
+			return nil, err
+		}
+		eng.Prewarm() // the pool fills while the client connects
+		deferred.Resolve(eng, nil)
+		return eng, nil
+	}
+	opened := make(chan *engine.Engine, 1)
 	var host *hosted.Host
 	var saver *hosted.Saver
-	if cfg.HostedTools.SaveTool != "refuse" {
-		saver = hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir, Logger: g.log,
-			Attach: func(_ engine.Principal, h *hosted.Host) error { return srv.AttachHosted(h) }})
-		if err := srv.AttachSaver(ctx, saver); err != nil {
-			saver.Close()
-			_ = eng.Close(0)
+	if cfg.HostedTools.Path != "" || cfg.HostedTools.SaveTool != "refuse" {
+		// Hosted tools' table comes from a sandbox and tools/list must show
+		// it: the engine opens before the first answer.
+		eng, err := openEngine()
+		if err != nil {
 			return err
 		}
-	}
-	if cfg.HostedTools.Path != "" {
-		h, err := hosted.New(ctx, hosted.Options{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir,
-			OutputLimit: int(cfg.Execution.OutputLimit), Logger: g.log})
-		if err == nil {
-			if err = srv.AttachHosted(h); err != nil {
-				h.Close()
-			}
-		}
-		if err != nil {
-			if saver != nil {
+		opened <- eng
+		if cfg.HostedTools.SaveTool != "refuse" {
+			saver = hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir, Logger: g.log,
+				Attach: func(_ engine.Principal, h *hosted.Host) error { return srv.AttachHosted(h) }})
+			if err := srv.AttachSaver(ctx, saver); err != nil {
 				saver.Close()
+				_ = eng.Close(0)
+				return err
 			}
-			_ = eng.Close(0)
-			return usageError{fmt.Errorf("hosted tools %s: %w", cfg.HostedTools.Path, err)}
 		}
-		host = h
-		g.log.Info("serving hosted tools", "path", cfg.HostedTools.Path, "tools", len(h.Tools()))
+		if cfg.HostedTools.Path != "" {
+			h, err := hosted.New(ctx, hosted.Options{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir,
+				OutputLimit: int(cfg.Execution.OutputLimit), Logger: g.log})
+			if err == nil {
+				if err = srv.AttachHosted(h); err != nil {
+					h.Close()
+				}
+			}
+			if err != nil {
+				if saver != nil {
+					saver.Close()
+				}
+				_ = eng.Close(0)
+				return usageError{fmt.Errorf("hosted tools %s: %w", cfg.HostedTools.Path, err)}
+			}
+			host = h
+			g.log.Info("serving hosted tools", "path", cfg.HostedTools.Path, "tools", len(h.Tools()))
+		}
+	} else {
+		go func() {
+			// After the first reply, or openDelay without a client: on a
+			// small machine the two compete for the CPU.
+			t := time.NewTimer(openDelay)
+			select {
+			case <-srv.Answered():
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			eng, err := openEngine()
+			if err != nil {
+				stop(err)
+			}
+			opened <- eng
+		}()
 	}
 
 	if ln != nil {
@@ -140,12 +182,20 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	if saver != nil {
 		saver.Close()
 	}
-	if cerr := eng.Close(cfg.Server.ShutdownGrace.Std()); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("closing the engine: %w", cerr))
+	if eng := <-opened; eng != nil {
+		if cerr := eng.Close(cfg.Server.ShutdownGrace.Std()); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing the engine: %w", cerr))
+		}
+	} else if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		err = errors.Join(err, cause)
 	}
 	g.log.Info("forge serve stopped")
 	return err
 }
+
+// openDelay is how long serve waits for a client's first request before it
+// opens the engine anyway.
+const openDelay = 100 * time.Millisecond
 
 // openAudit opens the audit log (default <state_dir>/audit.log).
 func openAudit(stateDir, path string, maxSize int64, backups int) (*audit.Logger, error) {

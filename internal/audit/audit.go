@@ -37,6 +37,9 @@ const (
 	EventEgressAllow       = "egress.allow"   // a connection out of a sandbox, allowed
 	EventEgressDeny        = "egress.deny"    // one refused (policy, address, SNI, limits)
 	EventEgressSummary     = "egress.summary" // counts of a closed egress socket, audited or not
+	// EventExecutionCancel: the client cancelled a run (notifications/cancelled
+	// or a closed HTTP stream); no result was sent.
+	EventExecutionCancel = "execution.cancel"
 )
 
 // Severities.

@@ -224,6 +224,27 @@ type Request struct {
 	// under the policy it had). For a session it becomes the session's
 	// policy, which survives hibernation.
 	Egress *egress.Policy
+	// Progress, if set, receives reports while the request runs (see
+	// Progress); it is called from forge's goroutines and must not block.
+	Progress func(Progress)
+}
+
+// Progress is one report of a long request: output the code wrote since the
+// last report, or a message about a step (an image pull, a bootstrap, a
+// build). Chunks of output are bounded (kernel.Output).
+type Progress struct {
+	Stdout, Stderr string
+	// Skipped counts output bytes left out of this report (the result has them).
+	Skipped int64
+	Message string
+}
+
+// onOutput adapts req.Progress to the sandbox's output callback.
+func (req Request) onOutput() func(kernel.Output) {
+	if req.Progress == nil {
+		return nil
+	}
+	return func(o kernel.Output) { req.Progress(Progress{Stdout: o.Stdout, Stderr: o.Stderr, Skipped: o.Skipped}) }
 }
 
 // Plan is a validated request: the limits in force and the image.
@@ -352,7 +373,7 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 	if err := e.setEgress(ctx, sb, plan.Egress, egress.Who{Principal: req.Principal.Tenant, Purpose: "execute"}); err != nil {
 		return nil, err
 	}
-	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit)})
+	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit), OnOutput: req.onOutput()})
 }
 
 // acquire returns a running sandbox of plan's image with plan's limits in

@@ -89,7 +89,7 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 		meta.Egress = stored
 		res, err = sb.Exec(ctx, req.Code, sandbox.ExecOptions{
 			Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit),
-			KeepAlive: true, Grace: interruptGrace,
+			KeepAlive: true, Grace: interruptGrace, OnOutput: req.onOutput(),
 		})
 		if err != nil {
 			return err

@@ -109,6 +109,8 @@ ERROR_TEXT_LIMIT = 64 << 10
 # so only a forged reply is ever refused.
 NAME_LIMIT = 256  # characters of a variable, type or exception name in a reply
 DISPLAY_MAX_ITEMS = 1000
+STREAM_CHUNK_LIMIT = 16 << 10  # bytes of each stream per "output" line (limits.go maxStreamChunk)
+STREAM_MIN_MS = 50
 STATE_NAMES_LIMIT = 1000  # names listed per list of a pickle_state/restore_state reply
 JSON_NODE_BUDGET = 10000
 OPTIONAL_MODULES = ("numpy", "pandas", "matplotlib")
@@ -246,6 +248,7 @@ class _Capture:
     watching = False
     fds = ()
     cap = 0
+    stream = None  # while an exec streams: {"id", "interval", "last", "off"} (see stream_out)
 
     @staticmethod
     def start_watcher():
@@ -254,7 +257,7 @@ class _Capture:
             _thread.start_new_thread(_Capture.watch, ())
             _Capture.watching = True
 
-    def __init__(self, cap):
+    def __init__(self, cap, stream=None):
         _Capture.start_watcher()
         self.cap = cap
         self.out = os.memfd_create("stdout", os.MFD_CLOEXEC)
@@ -265,6 +268,7 @@ class _Capture:
         sys.stderr = self.stderr = _text_stream(2)
         with _Capture.lock:
             _Capture.fds, _Capture.cap = (self.out, self.err), cap
+            _Capture.stream = stream
         _Capture.idle.release()
 
     def finish(self):
@@ -275,8 +279,8 @@ class _Capture:
             except BaseException:
                 pass
         _Capture.idle.acquire()
-        with _Capture.lock:
-            _Capture.fds = ()
+        with _Capture.lock:  # no "output" line can follow: the reply comes after this
+            _Capture.fds, _Capture.stream = (), None
         os.dup2(_devnull, 1)
         os.dup2(_devnull, 2)
         out, t1 = self._read(self.out)
@@ -305,6 +309,32 @@ class _Capture:
                             os.ftruncate(fd, _Capture.cap + 1)
                     except OSError:
                         pass
+                st = _Capture.stream
+                if st is not None and _Capture.fds and time.monotonic() - st["last"] >= st["interval"]:
+                    st["last"] = time.monotonic()
+                    try:
+                        _Capture.stream_out(st)
+                    except Exception:
+                        _Capture.stream = None  # the reply still carries all the output
+
+    @staticmethod
+    def stream_out(st):
+        """Sends the output written since the last "output" line, at most STREAM_CHUNK_LIMIT bytes
+        of each stream (when more came, the newest; "skipped" counts what was left out). Called
+        with the lock held, so no line follows finish()."""
+        line = {"op": "output", "id": st["id"], "stdout": "", "stderr": "", "skipped": 0}
+        for i, (fd, key) in enumerate(zip(_Capture.fds, ("stdout", "stderr"))):
+            end, off = min(os.fstat(fd).st_size, _Capture.cap), st["off"][i]
+            if end <= off:
+                continue
+            if end - off > STREAM_CHUNK_LIMIT:
+                line["skipped"] += end - off - STREAM_CHUNK_LIMIT
+                off = end - STREAM_CHUNK_LIMIT
+            data = _trim_partial_utf8(os.pread(fd, end - off, off))
+            st["off"][i] = off + len(data)
+            line[key] = data.decode("utf-8", errors="replace")
+        if line["stdout"] or line["stderr"]:
+            _send(line)
 
 
 def _trim_partial_utf8(data):
@@ -414,8 +444,11 @@ class _Display:
         self.items.append({"mime_type": mime, "data": data})
 
     def rich(self, obj):
-        """Adds obj's _repr_*_ representations; returns whether it had any."""
+        """Adds obj's _repr_*_ representations; returns whether it had any. An object shown as
+        HTML (a pandas DataFrame) also gets its repr as text/plain, as Jupyter sends both: a
+        client or model that cannot render HTML still reads the table."""
         found = False
+        first = len(self.items)
         for method, mime in _REPR_METHODS:
             fn = getattr(type(obj), method, None)
             if fn is None:
@@ -446,6 +479,8 @@ class _Display:
                 continue
             self.add(mime, data)
             found = True
+        if any(it["mime_type"] == "text/html" for it in self.items[first:]):
+            self.add("text/plain", _safe_repr(obj, RESULT_LIMIT))
         return found
 
     def display(self, *objs):
@@ -663,8 +698,14 @@ def op_exec(req):
         raise ProtocolError("output_limit must be an integer in 1..%d" % MAX_OUTPUT_LIMIT)
     _warm(req.get("warm_imports") or [])
     signal.signal(signal.SIGINT, _sigint)  # user code may have replaced it
+    stream = None
+    ms = req.get("stream_ms")
+    if ms is not None:
+        if type(ms) is not int or ms < STREAM_MIN_MS:
+            raise ProtocolError("stream_ms must be an integer >= %d" % STREAM_MIN_MS)
+        stream = {"id": req.get("id"), "interval": ms / 1000, "last": time.monotonic(), "off": [0, 0]}
     disp = _current_display = _Display()
-    cap_io = _Capture(cap)
+    cap_io = _Capture(cap, stream)
     result, error = None, None
     try:
         try:
@@ -1056,10 +1097,14 @@ OPS = {
 }
 
 
+_send_lock = _thread.allocate_lock()  # the watcher thread streams output lines too
+
+
 def _send(obj):
-    line = _dumps(obj, default=repr)
-    _replies.write(line.encode("utf-8", "surrogatepass") + b"\n")
-    _replies.flush()
+    line = _dumps(obj, default=repr).encode("utf-8", "surrogatepass") + b"\n"
+    with _send_lock:
+        _replies.write(line)
+        _replies.flush()
 
 
 def _handle(line):

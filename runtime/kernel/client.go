@@ -27,6 +27,8 @@ const (
 	// DefaultInterruptGrace is how long Exec waits for an interrupted cell's reply when
 	// ExecRequest.InterruptGrace is zero.
 	DefaultInterruptGrace = time.Second
+	// DefaultStreamInterval is how often a streaming exec sends its new output.
+	DefaultStreamInterval = 250 * time.Millisecond
 	// maxAbandoned bounds requests whose replies are still to be skipped after timeouts.
 	maxAbandoned = 16
 )
@@ -217,6 +219,13 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
 	}
 	code := req.Code
 	r := &request{Op: "exec", Code: &code, OutputLimit: limit, WarmImports: req.WarmImports}
+	if req.OnOutput != nil {
+		r.onOutput = req.OnOutput
+		r.StreamMS = int(max(req.StreamInterval, 50*time.Millisecond).Milliseconds())
+		if req.StreamInterval == 0 {
+			r.StreamMS = int(DefaultStreamInterval.Milliseconds())
+		}
+	}
 	rep, err := c.roundTrip(ctx, r, req.Interrupt, req.InterruptGrace)
 	if rep == nil {
 		return nil, err
@@ -314,7 +323,7 @@ func (c *Client) roundTrip(ctx context.Context, r *request, interrupt func() err
 	if err := c.writeLocked(ctx, append(data, '\n')); err != nil {
 		return nil, err
 	}
-	rep, err := c.awaitLocked(ctx, abandoned{r.ID, r.Op, lineLimit(r)}, interrupt, grace)
+	rep, err := c.awaitLocked(ctx, abandoned{r.ID, r.Op, lineLimit(r)}, interrupt, grace, r.onOutput)
 	if rep != nil {
 		if verr := rep.validate(r); verr != nil {
 			return nil, c.breakLocked(fmt.Errorf("%s reply: %w", r.Op, verr))
@@ -344,7 +353,7 @@ func (c *Client) writeLocked(ctx context.Context, data []byte) error {
 	}
 }
 
-func (c *Client) awaitLocked(ctx context.Context, req abandoned, interrupt func() error, grace time.Duration) (*reply, error) {
+func (c *Client) awaitLocked(ctx context.Context, req abandoned, interrupt func() error, grace time.Duration, onOutput func(Output)) (*reply, error) {
 	id := req.id
 	expired := ctx.Done()
 	var graceOver <-chan time.Time // set once the code has been interrupted
@@ -369,6 +378,13 @@ func (c *Client) awaitLocked(ctx context.Context, req abandoned, interrupt func(
 				return nil, c.breakLocked(err)
 			}
 			switch {
+			case rep.Op == "output" && len(line) > maxStreamLine:
+				return nil, c.brokenfLocked("output line of %d bytes, over the limit of %d", len(line), maxStreamLine)
+			case rep.Op == "output" && len(c.abandoned) > 0 && *rep.ID == c.abandoned[0].id:
+				continue // streamed by a request given up on
+			case rep.Op == "output" && *rep.ID == id && onOutput != nil:
+				onOutput(Output{Stdout: rep.Stdout, Stderr: rep.Stderr, Skipped: rep.Skipped})
+				continue
 			case rep.Op != "":
 				return nil, c.brokenfLocked("unexpected %q line", rep.Op)
 			case len(c.abandoned) > 0 && *rep.ID == c.abandoned[0].id:

@@ -58,6 +58,12 @@ const (
 	maxPathChars = 4096 + 256
 	maxPathBytes = maxBytesPerChar * maxPathChars
 
+	// maxStreamChunk is agent.py's STREAM_CHUNK_LIMIT: bytes of each stream per "output" line
+	// (decoded, each byte takes at most 3: U+FFFD).
+	maxStreamChunk = 16 << 10
+	// maxStreamLine is an "output" line: both chunks escaped, an id and a count.
+	maxStreamLine = 2*jsonExpansion*maxStreamChunk + 256
+
 	// defaultReadFileMax is agent.py's read_file limit when max_bytes is 0 (10 MiB).
 	defaultReadFileMax = 10 << 20
 )

@@ -18,6 +18,10 @@ type request struct {
 	Path        string   `json:"path,omitempty"`
 	Data        *string  `json:"data,omitempty"`
 	MaxBytes    int      `json:"max_bytes,omitempty"`
+	// StreamMS asks an exec for "output" lines at most this often (ExecRequest.OnOutput).
+	StreamMS int `json:"stream_ms,omitempty"`
+
+	onOutput func(Output) // receives the exec's "output" lines; never sent
 }
 
 // reply is the union of every line the agent sends. Lists stay raw until the op that expects
@@ -42,7 +46,8 @@ type reply struct {
 	Truncated  bool            `json:"truncated"`
 	Result     json.RawMessage `json:"result"`
 	RawDisplay json.RawMessage `json:"display"`
-	Count      int             `json:"count"` // user variables afterwards
+	Count      int             `json:"count"`   // user variables afterwards
+	Skipped    int64           `json:"skipped"` // output: bytes left out of the chunk
 
 	RawVariables json.RawMessage `json:"variables"` // inspect
 	Pong         bool            `json:"pong"`      // ping
@@ -76,6 +81,9 @@ func decodeReply(line []byte) (*reply, error) {
 	if err := json.Unmarshal(line, &r); err != nil {
 		return nil, protocolErrorf(err, "decoding reply")
 	}
+	if r.Op == "output" {
+		return &r, r.validateOutput()
+	}
 	if r.Op != "" {
 		if r.Op != "hello" || r.Python == "" || r.PID <= 0 {
 			return nil, protocolErrorf(nil, "bad %.40q line", r.Op)
@@ -94,6 +102,22 @@ func decodeReply(line []byte) (*reply, error) {
 		return nil, protocolErrorf(nil, "ok:false without error")
 	}
 	return &r, nil
+}
+
+// validateOutput checks an "output" line: the chunks an exec streams while it runs.
+func (r *reply) validateOutput() error {
+	if r.ID == nil {
+		return protocolErrorf(nil, "output line without id")
+	}
+	for _, s := range []string{r.Stdout, r.Stderr} {
+		if err := checkLen("streamed output", s, 3*maxStreamChunk); err != nil {
+			return err
+		}
+	}
+	if r.Skipped < 0 {
+		return protocolErrorf(nil, "output line skipping %d bytes", r.Skipped)
+	}
+	return nil
 }
 
 func (r *reply) validateHello() error {

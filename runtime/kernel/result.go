@@ -81,6 +81,19 @@ type ExecRequest struct {
 	// session keeps its namespace and the caller gets the partial output.
 	Interrupt      func() error
 	InterruptGrace time.Duration
+	// OnOutput, if set, receives the output of the running code about every StreamInterval
+	// (default DefaultStreamInterval, at least 50 ms), from the client's goroutine: it must
+	// not block.
+	OnOutput       func(Output)
+	StreamInterval time.Duration
+}
+
+// Output is what a running exec wrote since its last Output (ExecRequest.OnOutput): at most
+// 16 KiB of each stream; when more came, the newest, with Skipped counting the bytes left out.
+// The Result still carries all the output.
+type Output struct {
+	Stdout, Stderr string
+	Skipped        int64
 }
 
 // StateReport is the reply of PickleState and RestoreState.

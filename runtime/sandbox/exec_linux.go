@@ -22,6 +22,8 @@ type ExecOptions struct {
 	// does not answer within Grace, the sandbox is killed anyway.
 	KeepAlive bool
 	Grace     time.Duration
+	// OnOutput, if set, receives the code's output while it runs (kernel.ExecRequest.OnOutput).
+	OnOutput func(kernel.Output)
 }
 
 // The error types of results that the host writes (ExecutionResult.error.type): one per way a
@@ -54,7 +56,7 @@ func (s *Sandbox) Exec(ctx context.Context, code string, opts ExecOptions) (*ker
 		opts.Timeout = 30 * time.Second
 	}
 	start := time.Now()
-	req := kernel.ExecRequest{Code: code, OutputLimit: opts.OutputLimit}
+	req := kernel.ExecRequest{Code: code, OutputLimit: opts.OutputLimit, OnOutput: opts.OnOutput}
 	if opts.KeepAlive {
 		req.Interrupt, req.InterruptGrace = s.Interrupt, opts.Grace
 		if req.InterruptGrace <= 0 {
@@ -77,6 +79,11 @@ func (s *Sandbox) Exec(ctx context.Context, code string, opts ExecOptions) (*ker
 	case timedOut:
 		s.killFor(fmt.Sprintf("the code exceeded its time limit of %s", opts.Timeout))
 		res, err = &kernel.Result{TimedOut: true}, nil
+	case ctx.Err() != nil && res != nil:
+		// The caller cancelled and the interrupted code answered within the grace
+		// (KeepAlive): the namespace survives, as after a timeout.
+		res.TimedOut, err = false, nil
+		res.Notes = append(res.Notes, "the run was cancelled by the client (KeyboardInterrupt)")
 	case ctx.Err() != nil:
 		s.Kill()
 		return nil, fmt.Errorf("sandbox %s: %w", s.id, ctx.Err())

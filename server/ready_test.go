@@ -1,0 +1,54 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// initialize is answered before the engine is open; a tool call that comes
+// too early waits for it, and a resource read too.
+func TestDeferredEngine(t *testing.T) {
+	stub := newStub()
+	d := NewDeferred(stub.cfg)
+	c := connect(t, New(d, Options{})) // initialize answered with no engine
+	got := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := call(t, c, map[string]any{"code": "print(1)"})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res
+	}()
+	select {
+	case res := <-got:
+		t.Fatalf("the call was answered before the engine was open: %+v", res)
+	case <-time.After(100 * time.Millisecond): // it must still be waiting: no event to poll for
+	}
+	d.Resolve(stub, nil)
+	select {
+	case res := <-got:
+		if res == nil || res.IsError || !strings.Contains(text(res), "stub") {
+			t.Errorf("got %+v, want the stub's result", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call still waits after Resolve")
+	}
+	if _, err := c.ReadResource(t.Context(), mcp.ReadResourceRequest{Params: mcp.ReadResourceParams{URI: uriEnvironmentInfo}}); err != nil {
+		t.Errorf("reading a resource after Resolve: %v", err)
+	}
+}
+
+// An engine that fails to open fails every call with its reason.
+func TestDeferredEngineFailed(t *testing.T) {
+	d := NewDeferred(newStub().cfg)
+	d.Resolve(nil, errors.New("the image store is locked"))
+	c := connect(t, New(d, Options{}))
+	res, err := call(t, c, map[string]any{"code": "print(1)"})
+	if err != nil || !res.IsError || !strings.Contains(text(res), "the image store is locked") {
+		t.Errorf("got %+v, %v; want a tool error with the reason", res, err)
+	}
+}

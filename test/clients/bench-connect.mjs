@@ -1,0 +1,62 @@
+// Spawn → initialized with the official TypeScript SDK client: forge serve
+// beside an mcp-go sample server (testdata/mcpserver), interleaved in one
+// run so that both see the same machine. Prints one JSON object with the
+// medians and their ratio (issue 16's target: forge ≤ 1.0 × the sample).
+//
+// Usage: node bench-connect.mjs FORGE_BINARY MCPSERVER_BINARY [SPAWNS]
+// Exit 1 when FORGE_BENCH_STRICT=1 and the ratio is above 1.0.
+import { performance } from "node:perf_hooks";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+const [forge, sample] = process.argv.slice(2, 4);
+const spawns = Number(process.argv[4] ?? 30);
+if (!forge || !sample) {
+  console.error("usage: node bench-connect.mjs FORGE_BINARY MCPSERVER_BINARY [SPAWNS]");
+  process.exit(2);
+}
+
+async function connectOnce(command, args) {
+  const t0 = performance.now();
+  const transport = new StdioClientTransport({ command, args, env: process.env, stderr: "ignore" });
+  const client = new Client({ name: "forge-bench-connect", version: "1" });
+  await client.connect(transport); // initialize + notifications/initialized
+  const ms = performance.now() - t0;
+  const pid = transport.pid;
+  await client.close();
+  // Wait until the server has exited (untimed): a forge still shutting down
+  // would load the machine, and hold the image store's lock, during the
+  // next spawn.
+  for (const deadline = performance.now() + 30000; performance.now() < deadline;) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      return ms;
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`${command} (pid ${pid}) did not exit within 30 s of close`);
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+};
+
+const servers = { forge: [forge, ["serve"]], mcp_go_sample: [sample, []] };
+const times = { forge: [], mcp_go_sample: [] };
+await connectOnce(...servers.forge); // warm the page cache for both
+await connectOnce(...servers.mcp_go_sample);
+for (let i = 0; i < spawns; i++) {
+  for (const [name, [cmd, args]] of i % 2 ? Object.entries(servers).reverse() : Object.entries(servers)) {
+    times[name].push(await connectOnce(cmd, args));
+  }
+}
+const out = {
+  spawns,
+  forge_median_ms: +median(times.forge).toFixed(2),
+  mcp_go_sample_median_ms: +median(times.mcp_go_sample).toFixed(2),
+};
+out.ratio = +(out.forge_median_ms / out.mcp_go_sample_median_ms).toFixed(3);
+console.log(JSON.stringify(out));
+if (process.env.FORGE_BENCH_STRICT === "1" && out.ratio > 1.0) process.exit(1);
