@@ -45,6 +45,7 @@ type Engine interface {
 	SessionState(ctx context.Context, p engine.Principal, id string) (*session.Meta, error)
 	DocumentState(ctx context.Context, p engine.Principal, id string, vars map[string]string, note string, clear bool) (*session.Documented, error)
 	DestroySession(ctx context.Context, p engine.Principal, id string) error
+	ForkSession(ctx context.Context, p engine.Principal, id, newID string) (*session.Fork, error)
 	WriteFile(ctx context.Context, p engine.Principal, id, path string, data []byte) error
 	ReadFile(ctx context.Context, p engine.Principal, id, path string) ([]byte, error)
 	ListFiles(ctx context.Context, p engine.Principal, id string) ([]kernel.FileInfo, error)

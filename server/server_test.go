@@ -78,6 +78,9 @@ func (e *stubEngine) DocumentState(_ context.Context, _ engine.Principal, id str
 func (e *stubEngine) DestroySession(_ context.Context, _ engine.Principal, id string) error {
 	return e.notFound(id)
 }
+func (e *stubEngine) ForkSession(_ context.Context, _ engine.Principal, id, _ string) (*session.Fork, error) {
+	return nil, e.notFound(id)
+}
 func (e *stubEngine) WriteFile(_ context.Context, _ engine.Principal, id, _ string, _ []byte) error {
 	return e.notFound(id)
 }
@@ -164,7 +167,7 @@ func TestToolsList(t *testing.T) {
 			tool = tl
 		}
 	}
-	for _, want := range []string{toolExecute, toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles} {
+	for _, want := range []string{toolExecute, toolDocumentState, toolListSessions, toolDestroySession, toolForkSession, toolWriteFile, toolReadFile, toolListFiles} {
 		if !names[want] {
 			t.Errorf("tools/list lacks %s; got %v", want, names)
 		}
