@@ -172,8 +172,8 @@ func TestToolsList(t *testing.T) {
 			t.Errorf("tools/list lacks %s; got %v", want, names)
 		}
 	}
-	if len(res.Tools) != 7 {
-		t.Fatalf("got %d tools, want 7", len(res.Tools))
+	if len(res.Tools) != 8 {
+		t.Fatalf("got %d tools, want 8", len(res.Tools))
 	}
 	a := tool.Annotations
 	if a.Title == "" || a.ReadOnlyHint == nil || *a.ReadOnlyHint || a.OpenWorldHint == nil || *a.OpenWorldHint ||
