@@ -10,6 +10,11 @@
 // new sandbox only when it has not run dry recently (no miss within
 // Options.Calm); under pressure it keeps sandboxes unwarmed and warms them
 // later, in place, once requests calm down. Acquire prefers warm sandboxes.
+//
+// The pool's size adapts (sizer.go): every miss raises its target by one,
+// up to Options.MaxSize and Options.MemoryBudget, and each ShrinkAfter
+// without a miss gives half of the growth back, so bursts that return after
+// a short pause find a pool of their size.
 package pool
 
 import (
@@ -460,7 +465,10 @@ func (p *Pool) prepare() (_ *sandbox.Sandbox, warm bool, retErr error) {
 		}
 	}()
 	p.mu.Lock()
-	warm = p.calm()
+	// Also warm once the pool holds its base size again: requests are
+	// served from it, and a grown pool refilling after a burst should hand
+	// the next burst warm sandboxes.
+	warm = p.calm() || (p.sz.target > p.opts.Size && len(p.ready) >= p.opts.Size)
 	p.mu.Unlock()
 	if warm {
 		if err := p.warm(sb, false); err != nil {
