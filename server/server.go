@@ -125,6 +125,7 @@ func New(eng Engine, opts Options) *Server {
 	s.mcp.AddTool(s.tool, s.handleExecute)
 	s.addSessionTools()
 	s.addResources()
+	s.addResultApp()
 	return s
 }
 

@@ -359,8 +359,8 @@ func TestResourcesStub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Resources) != 3 {
-		t.Errorf("got %d resources, want 3", len(list.Resources))
+	if len(list.Resources) != 4 { // three forge:// resources and the result App
+		t.Errorf("got %d resources, want 4", len(list.Resources))
 	}
 	read := func(uri string) map[string]any {
 		req := mcp.ReadResourceRequest{}
