@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/session"
 )
 
 // hostUID is the host uid that uid 0 of the session's user namespace maps
@@ -56,6 +58,9 @@ func TestForkSession(t *testing.T) {
 	if r := call(t, eng, dst, "[x, rows, open('/workspace/data.txt').read()]"); fmt.Sprint(r.Result) != "[fork [1 2 3] changed in the fork]" {
 		t.Errorf("fork after the source diverged: %v (error %+v)", r.Result, r.Error)
 	}
+	if list, err := eng.ListSessions(ctx, engine.LocalPrincipal); err != nil || !slices.ContainsFunc(list, func(i session.Info) bool { return i.ID == dst }) {
+		t.Errorf("the caller's sessions %+v (%v) lack the fork %s", list, err, dst)
+	}
 	a, b := call(t, eng, src, hostUID).Result, call(t, eng, dst, hostUID).Result
 	if a == nil || a == b {
 		t.Errorf("host uid of source %v and fork %v: want two blocks", a, b)
@@ -91,5 +96,24 @@ func TestForkSession(t *testing.T) {
 	}
 	if list, _ := eng.ListSessions(ctx, bob); len(list) != 0 {
 		t.Errorf("bob's refused fork left sessions: %+v", list)
+	}
+}
+
+// A hibernated source is brought back to be forked; both then have its
+// variables and files.
+func TestForkHibernatedSession(t *testing.T) {
+	eng, _ := hibernatingEngine(t)
+	ctx := context.Background()
+	src := uniqueID(t, eng, "fork-hib")
+	dst := uniqueID(t, eng, "fork-hib-dst")
+	call(t, eng, src, "x = 41\nopen('/workspace/f.txt', 'w').write('kept')")
+	waitStatus(t, eng, src, session.Hibernated, 30*time.Second)
+	if _, err := eng.ForkSession(ctx, engine.LocalPrincipal, src, dst); err != nil {
+		t.Fatalf("ForkSession of a hibernated session: %v", err)
+	}
+	for _, id := range []string{src, dst} {
+		if r := call(t, eng, id, "[x, open('/workspace/f.txt').read()]"); fmt.Sprint(r.Result) != "[41 kept]" {
+			t.Errorf("%s: %v (error %+v)", id, r.Result, r.Error)
+		}
 	}
 }
