@@ -28,6 +28,12 @@ import (
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
+// refillSettle is how long after a request took a sandbox the pool waits
+// before refilling past Size: a burst drains a grown pool without sandbox
+// starts competing with it for CPU, and the growth is refilled in the pause
+// after it. Below Size the pool refills at once.
+const refillSettle = 100 * time.Millisecond
+
 // Status is the state of one pool slot.
 type Status int
 
@@ -151,7 +157,9 @@ type Pool struct {
 	warming  bool      // a warmOne runs
 	lastMiss time.Time // when Acquire last found the pool empty
 	sz       sizer
-	memPer   uint64 // running mean of a ready sandbox's memory charge
+	memPer   uint64      // running mean of a ready sandbox's memory charge
+	lastTake time.Time   // wall clock: when a request last took a ready sandbox
+	settle   *time.Timer // kicks the refill refillSettle after the last take
 	stats    Stats
 	closed   bool
 }
@@ -250,6 +258,12 @@ func (p *Pool) take() *slot {
 	s := p.ready[i]
 	p.ready = append(p.ready[:i], p.ready[i+1:]...)
 	s.move(Ready, Acquired)
+	p.lastTake = time.Now()
+	if p.settle == nil {
+		p.settle = time.AfterFunc(refillSettle, p.kick)
+	} else {
+		p.settle.Reset(refillSettle)
+	}
 	return s
 }
 
@@ -401,7 +415,9 @@ func (p *Pool) finishWarming(s *slot, err error) {
 func (p *Pool) reserve() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.ready)+p.starting >= p.sz.want(p.memPer) {
+	n := len(p.ready) + p.starting
+	if p.closed || n >= p.sz.want(p.memPer) ||
+		(n >= p.opts.Size && time.Since(p.lastTake) < refillSettle) {
 		return false
 	}
 	p.starting++
@@ -585,6 +601,9 @@ func (p *Pool) destroyAsync(sb *sandbox.Sandbox) {
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	if p.settle != nil {
+		p.settle.Stop()
+	}
 	ready := p.ready
 	p.ready = nil
 	p.mu.Unlock()
