@@ -257,6 +257,10 @@ func benchAdaptive(ctx context.Context, g *globals, cfg *profiles.Config, req en
 	for b := 0; b < 4; b++ {
 		time.Sleep(2 * time.Second) // the scenario: a pause between bursts
 		h0, m0 := counts()
+		readyAtStart := 0
+		for _, st := range eng.PoolStats() {
+			readyAtStart += st.Ready
+		}
 		lat, fails := make([]time.Duration, 0, burst), 0
 		for i := 0; i < burst; i++ {
 			t := time.Now()
@@ -267,6 +271,7 @@ func benchAdaptive(ctx context.Context, g *globals, cfg *profiles.Config, req en
 			lat = append(lat, time.Since(t))
 		}
 		h1, m1 := counts()
+		fmt.Fprintf(g.stderr, "burst %d: %d sandboxes ready at its start, %d of %d calls served from the pool\n", b+1, readyAtStart, h1-h0, burst)
 		if b == 0 {
 			r := summarize(lat, burst, fails)
 			r.Name = fmt.Sprintf("burst of %d, first (pool at size %d)", burst, acfg.Pool.Size)
