@@ -34,7 +34,7 @@ func TestForkSession(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ForkSession: %v", err)
 	}
-	if f.SessionID != dst || f.Source != src {
+	if f.SessionID != dst || f.Source != src || f.WorkspaceBytes != int64(len("from the source")) {
 		t.Errorf("fork reply %+v, want %s from %s", f, dst, src)
 	}
 	slices.Sort(f.Uncopied)

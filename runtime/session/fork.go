@@ -100,6 +100,10 @@ func (m *Manager) Fork(ctx context.Context, owner, srcID, newID string) (_ *Fork
 	if _, err := dst.ensureSandboxLocked(ctx); err != nil {
 		return nil, fmt.Errorf("starting fork %s of session %s: %w", newID, srcID, err)
 	}
+	wsBytes := treeSize(filepath.Join(dst.dir(), "workspace"))
+	// The copy is in the fork's sandbox now; on disk it would only be stale
+	// (a live session's saved state is never brought back, see orphanedLocked).
+	dropSaved(dst.dir())
 	rep, err := dst.sb.Client().Inspect(ctx)
 	if err == nil {
 		dst.meta.Variables, dst.meta.VariableCount = rep, len(rep)
@@ -111,8 +115,7 @@ func (m *Manager) Fork(ctx context.Context, owner, srcID, newID string) (_ *Fork
 	if err := dst.saveLocked(); err != nil {
 		return nil, err
 	}
-	f := &Fork{SessionID: newID, Source: srcID, Uncopied: dst.meta.Unrestored, Notes: notes,
-		WorkspaceBytes: treeSize(filepath.Join(dst.dir(), "workspace"))}
+	f := &Fork{SessionID: newID, Source: srcID, Uncopied: dst.meta.Unrestored, Notes: notes, WorkspaceBytes: wsBytes}
 	for _, v := range dst.meta.Variables {
 		f.Copied = append(f.Copied, v.Name)
 	}
