@@ -137,19 +137,26 @@ test("the App shows output, a zoomable figure and a sortable DataFrame", async (
 test("the App takes images referenced by index from content (compact structuredContent)", async () => {
   assert.ok(runResult, "needs the forge run of the first test");
   // The compact form: display images carry no bytes, only the index of
-  // their ImageContent item in content and the MIME type.
+  // their ImageContent item in content ("content") and the MIME type; an
+  // HTML item is clipped (truncated) and whole in its embedded resource.
   const compact = structuredClone(runResult);
   const images = compact.content.map((c, i) => [c, i]).filter(([c]) => c.type === "image");
   assert.ok(images.length > 0, "forge sent no ImageContent");
+  const htmlAt = compact.content.findIndex((c) => c.type === "resource" && c.resource?.mimeType === "text/html");
+  assert.ok(htmlAt >= 0, "forge sent the DataFrame's HTML as no embedded resource");
   let k = 0;
-  compact.structuredContent.display = compact.structuredContent.display.map((d) =>
-    d.mime_type.startsWith("image/") && d.mime_type !== "image/svg+xml" ? { mime_type: d.mime_type, index: images[k++][1] } : d);
+  compact.structuredContent.display = compact.structuredContent.display.map((d) => {
+    if (d.mime_type.startsWith("image/") && d.mime_type !== "image/svg+xml") return { mime_type: d.mime_type, content: images[k++][1], bytes: 1 };
+    if (d.mime_type === "text/html") return { mime_type: d.mime_type, content: htmlAt, data: d.data.slice(0, 40), truncated: true };
+    return d;
+  });
   assert.ok(!JSON.stringify(compact.structuredContent).includes(images[0][0].data), "bytes left in structuredContent");
   const { page, frame, shot } = await show(compact, "compact");
   try {
     const imgs = frame.locator("figure img");
     assert.equal(await imgs.count(), images.length, "each image once");
     assert.ok(await imgs.first().evaluate((i) => i.complete && i.naturalWidth > 0), "the referenced figure did not decode");
+    assert.deepEqual(await columnTexts(frame, 3), ["10", "2", "33", "4"], "the whole table from the embedded resource");
     await shot("figure");
   } finally {
     await page.close();
