@@ -86,6 +86,7 @@ test("execute_python links the App and forge serves it", async () => {
 
   runResult = await client.callTool({ name: "execute_python", arguments: {
     custom_image: "forge/python-data:3.11",
+    timeout: 240, // importing pandas and matplotlib takes 15 s and more on a loaded 2-core CI machine
     code: [
       "import sys, pandas as pd, matplotlib",
       "matplotlib.use('Agg')",
