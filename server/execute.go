@@ -24,6 +24,7 @@ func executeTool(cfg *profiles.Config) mcp.Tool {
 	t := mcp.NewToolWithRawSchema(toolExecute, toolDescription(cfg), inputSchema(cfg))
 	t.Title = "Run Python in a sandbox"
 	t.RawOutputSchema = outputSchema
+	t.Meta = appToolMeta() // the MCP App that renders the result (app.go)
 	f := false
 	// Sandboxes have no network, unless egress is configured: then code
 	// reaches the hosts the allowlist names.

@@ -170,7 +170,7 @@ func decodeArgs(tool string, raw []byte) (*decodedArgs, error) {
 	switch tool {
 	case toolExecute:
 		d.execute, err = DecodeExecuteArgs(raw)
-	case toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles:
+	case toolDocumentState, toolListSessions, toolDestroySession, toolForkSession, toolWriteFile, toolReadFile, toolListFiles:
 		d.session, err = decodeSessionArgs(tool, raw)
 	default:
 		return nil, nil

@@ -58,6 +58,7 @@ func TestSessionsBelongToTheirPrincipal(t *testing.T) {
 		{toolReadFile, map[string]any{"path": "notes.txt"}},
 		{toolListFiles, map[string]any{}},
 		{toolDestroySession, map[string]any{}},
+		{toolForkSession, map[string]any{"new_session_id": "bobs-fork"}},
 	} {
 		call := func(sid string) string {
 			args := map[string]any{"session_id": sid}

@@ -46,6 +46,7 @@ type Engine interface {
 	SessionState(ctx context.Context, p engine.Principal, id string) (*session.Meta, error)
 	DocumentState(ctx context.Context, p engine.Principal, id string, vars map[string]string, note string, clear bool) (*session.Documented, error)
 	DestroySession(ctx context.Context, p engine.Principal, id string) error
+	ForkSession(ctx context.Context, p engine.Principal, id, newID string) (*session.Fork, error)
 	WriteFile(ctx context.Context, p engine.Principal, id, path string, data []byte) error
 	ReadFile(ctx context.Context, p engine.Principal, id, path string) ([]byte, error)
 	ListFiles(ctx context.Context, p engine.Principal, id string) ([]kernel.FileInfo, error)
@@ -139,6 +140,7 @@ func New(eng Engine, opts Options) *Server {
 	s.addSessionTools()
 	s.addFileResource()
 	s.addResources()
+	s.addResultApp()
 	return s
 }
 

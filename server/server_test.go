@@ -78,6 +78,9 @@ func (e *stubEngine) DocumentState(_ context.Context, _ engine.Principal, id str
 func (e *stubEngine) DestroySession(_ context.Context, _ engine.Principal, id string) error {
 	return e.notFound(id)
 }
+func (e *stubEngine) ForkSession(_ context.Context, _ engine.Principal, id, _ string) (*session.Fork, error) {
+	return nil, e.notFound(id)
+}
 func (e *stubEngine) WriteFile(_ context.Context, _ engine.Principal, id, _ string, _ []byte) error {
 	return e.notFound(id)
 }
@@ -164,13 +167,13 @@ func TestToolsList(t *testing.T) {
 			tool = tl
 		}
 	}
-	for _, want := range []string{toolExecute, toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles} {
+	for _, want := range []string{toolExecute, toolDocumentState, toolListSessions, toolDestroySession, toolForkSession, toolWriteFile, toolReadFile, toolListFiles} {
 		if !names[want] {
 			t.Errorf("tools/list lacks %s; got %v", want, names)
 		}
 	}
-	if len(res.Tools) != 7 {
-		t.Fatalf("got %d tools, want 7", len(res.Tools))
+	if len(res.Tools) != 8 {
+		t.Fatalf("got %d tools, want 8", len(res.Tools))
 	}
 	a := tool.Annotations
 	if a.Title == "" || a.ReadOnlyHint == nil || *a.ReadOnlyHint || a.OpenWorldHint == nil || *a.OpenWorldHint ||
@@ -360,8 +363,8 @@ func TestResourcesStub(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list.Resources) != 3 {
-		t.Errorf("got %d resources, want 3", len(list.Resources))
+	if len(list.Resources) != 4 { // three forge:// resources and the result App
+		t.Errorf("got %d resources, want 4", len(list.Resources))
 	}
 	read := func(uri string) map[string]any {
 		req := mcp.ReadResourceRequest{}

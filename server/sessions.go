@@ -20,6 +20,7 @@ const (
 	toolDocumentState  = "document_state"
 	toolListSessions   = "list_sessions"
 	toolDestroySession = "destroy_session"
+	toolForkSession    = "fork_session"
 	toolWriteFile      = "write_file"
 	toolReadFile       = "read_file"
 	toolListFiles      = "list_files"
@@ -71,6 +72,14 @@ func sessionTools(maxFile string) []mcp.Tool {
 		mk(toolDestroySession, "Destroy a session",
 			"Destroy a session: its sandbox, variables and /workspace files are gone for good.",
 			annotations("Destroy a session", false, true, true), schema(map[string]any{"session_id": sessionIDProp}, "session_id")),
+		mk(toolForkSession, "Fork a session",
+			"Copy a session into a new one: its variables, imported modules and /workspace files, in a sandbox of its own. Try an alternative without losing where you are; the two then change independently. Variables that cannot be copied (open sockets and files, generators, locks) are listed in the reply as uncopied.",
+			annotations("Fork a session", false, false, false),
+			schema(map[string]any{
+				"session_id": sessionIDProp,
+				"new_session_id": map[string]any{"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$",
+					"description": "The fork's id; must not exist yet. Omitted: a fresh id is returned."},
+			}, "session_id")),
 		mk(toolWriteFile, "Write a file into a session",
 			fmt.Sprintf("Write a file into a session's /workspace (the session is created if it does not exist), where its code can open it by relative path. Up to %s; paths are relative to /workspace, and '..', absolute paths and symlinks leading outside are refused.", maxFile),
 			annotations("Write a file into a session", false, false, true),
@@ -94,6 +103,7 @@ func sessionTools(maxFile string) []mcp.Tool {
 // sessionArgs are the decoded arguments of every session tool.
 type sessionArgs struct {
 	SessionID string            `json:"session_id"`
+	NewID     string            `json:"new_session_id"`
 	Variables map[string]string `json:"variables"`
 	Note      string            `json:"note"`
 	Clear     bool              `json:"clear"`
@@ -113,6 +123,7 @@ func decodeSessionArgs(tool string, raw []byte) (sessionArgs, error) {
 		toolDocumentState:  {"session_id", "variables", "note", "clear"},
 		toolListSessions:   {},
 		toolDestroySession: {"session_id"},
+		toolForkSession:    {"session_id", "new_session_id"},
 		toolWriteFile:      {"session_id", "path", "content", "encoding"},
 		toolReadFile:       {"session_id", "path"},
 		toolListFiles:      {"session_id"},
@@ -147,6 +158,12 @@ func decodeSessionArgs(tool string, raw []byte) (sessionArgs, error) {
 			}
 			if err := session.ValidID(a.SessionID); err != nil {
 				return a, argError(f, err.Error())
+			}
+		case "new_session_id":
+			if a.NewID != "" {
+				if err := session.ValidID(a.NewID); err != nil {
+					return a, argError(f, err.Error())
+				}
 			}
 		case "path":
 			if err := need(f, a.Path); err != nil {
@@ -219,6 +236,17 @@ func (s *Server) sessionTool(ctx context.Context, p engine.Principal, tool strin
 			return nil, err
 		}
 		return mcp.NewToolResultText("Session " + a.SessionID + " destroyed."), nil
+	case toolForkSession:
+		f, err := s.eng.ForkSession(ctx, p, a.SessionID, a.NewID)
+		if err != nil {
+			return nil, err
+		}
+		summary := fmt.Sprintf("Session %s forked into %s in %d ms: %d variable(s) and %d bytes of /workspace copied.",
+			a.SessionID, f.SessionID, f.ForkMillis, len(f.Copied), f.WorkspaceBytes)
+		if len(f.Uncopied) > 0 {
+			summary += fmt.Sprintf(" Not copied (cannot be pickled or unpickled): %s.", strings.Join(f.Uncopied, ", "))
+		}
+		return jsonResult(summary, f)
 	case toolWriteFile:
 		data := []byte(*a.Content)
 		if a.Encoding == "base64" {

@@ -571,6 +571,9 @@ func (e *Engine) poolFor(image string) *pool.Pool {
 	p := pool.New(pool.Options{
 		Name:              image,
 		Size:              pc.Size,
+		MaxSize:           pc.MaxSize,
+		MemoryBudget:      uint64(pc.MemoryBudget),
+		ShrinkAfter:       time.Duration(pc.ShrinkAfter),
 		MaxIdleAge:        time.Duration(pc.MaxIdleAge),
 		RefillConcurrency: pc.RefillConcurrency,
 		WarmModules:       warm,

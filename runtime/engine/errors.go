@@ -56,6 +56,7 @@ var refusals = []struct {
 	{ErrInvalidRequest, RefusedInvalid},
 	{rootfs.ErrBadReference, RefusedInvalid},
 	{session.ErrBadID, RefusedInvalid},
+	{session.ErrExists, RefusedInvalid}, // fork_session's new_session_id is taken
 	{kernel.ErrRequest, RefusedInvalid}, // a bad path, a file too large, …
 	{rootfs.ErrImageNotFound, RefusedNotFound},
 	{session.ErrNotFound, RefusedNotFound},

@@ -51,6 +51,18 @@ func (e *Engine) DocumentState(ctx context.Context, p Principal, id string, vars
 	return doc, refuse(err)
 }
 
+// ForkSession makes newID (a fresh id when empty) a copy of p's session id:
+// variables and /workspace, in a new sandbox with its own host uid block,
+// owned by p. Variables that cannot be copied are listed in the reply.
+func (e *Engine) ForkSession(ctx context.Context, p Principal, id, newID string) (*session.Fork, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
+	// The fork's creation is audited as session.create (the manager's event).
+	f, err := e.sessions.Fork(ctx, p.Tenant, id, newID)
+	return f, refuse(err)
+}
+
 // SessionState is the metadata of p's session id, with a fresh
 // introspection when it is live in this process.
 func (e *Engine) SessionState(ctx context.Context, p Principal, id string) (*session.Meta, error) {

@@ -10,6 +10,11 @@
 // new sandbox only when it has not run dry recently (no miss within
 // Options.Calm); under pressure it keeps sandboxes unwarmed and warms them
 // later, in place, once requests calm down. Acquire prefers warm sandboxes.
+//
+// The pool's size adapts (sizer.go): every miss raises its target by one,
+// up to Options.MaxSize and Options.MemoryBudget, and each ShrinkAfter
+// without a miss gives half of the growth back, so bursts that return after
+// a short pause find a pool of their size.
 package pool
 
 import (
@@ -22,6 +27,12 @@ import (
 
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
+
+// refillSettle is how long after a request took a sandbox the pool waits
+// before refilling past Size: a burst drains a grown pool without sandbox
+// starts competing with it for CPU, and the growth is refilled in the pause
+// after it. Below Size the pool refills at once.
+const refillSettle = 100 * time.Millisecond
 
 // Status is the state of one pool slot.
 type Status int
@@ -63,6 +74,15 @@ type StartFunc func(ctx context.Context) (*sandbox.Sandbox, error)
 type Options struct {
 	Name string // for logs and stats, e.g. the image
 	Size int    // sandboxes kept ready; 0 disables the pool (every Acquire is cold)
+	// MaxSize is the most sandboxes the pool grows to while requests
+	// outrun it (one more per miss); <= Size keeps it at Size.
+	MaxSize int
+	// MemoryBudget bounds the growth: the ready sandboxes together hold at
+	// most this many bytes (their measured memory charge); 0: MaxSize only.
+	MemoryBudget uint64
+	// ShrinkAfter: after this long without a miss, the pool gives back half
+	// of its growth, and again after each further period; default 1m.
+	ShrinkAfter time.Duration
 	// MaxIdleAge recycles a ready sandbox that waited this long.
 	MaxIdleAge time.Duration
 	// RefillConcurrency bounds sandboxes started at once in the background.
@@ -113,6 +133,13 @@ type Stats struct {
 	StartErrs  uint64 `json:"start_errors"`
 	// IdleMemoryBytes is the mean memory charge of the ready sandboxes.
 	IdleMemoryBytes uint64 `json:"idle_memory_bytes"`
+	// Target is the size the pool fills to now: Size, or more after misses.
+	Target int    `json:"target"`
+	Grown  uint64 `json:"grown"`  // misses that raised the target
+	Shrunk uint64 `json:"shrunk"` // idle periods that lowered it
+	// OverBudget counts misses that could not grow the pool: MaxSize or
+	// MemoryBudget reached.
+	OverBudget uint64 `json:"over_budget"`
 }
 
 // Pool is a pool of ready sandboxes of one image and profile.
@@ -129,6 +156,10 @@ type Pool struct {
 	starting int
 	warming  bool      // a warmOne runs
 	lastMiss time.Time // when Acquire last found the pool empty
+	sz       sizer
+	memPer   uint64      // running mean of a ready sandbox's memory charge
+	lastTake time.Time   // wall clock: when a request last took a ready sandbox
+	settle   *time.Timer // kicks the refill refillSettle after the last take
 	stats    Stats
 	closed   bool
 }
@@ -150,9 +181,13 @@ func New(opts Options) *Pool {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.ShrinkAfter <= 0 {
+		opts.ShrinkAfter = time.Minute
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{opts: opts, log: opts.Logger.With("pool", opts.Name), wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 	p.stats.Name, p.stats.Size = opts.Name, opts.Size
+	p.sz = newSizer(opts.Size, opts.MaxSize, opts.MemoryBudget, opts.ShrinkAfter)
 	if opts.Size > 0 {
 		p.wg.Add(1)
 		go p.refillLoop()
@@ -190,6 +225,13 @@ func (p *Pool) Acquire(ctx context.Context) (sb *sandbox.Sandbox, warm bool, err
 	p.count(func(st *Stats) { st.Misses++; st.ColdStarts++ })
 	p.mu.Lock()
 	p.lastMiss = p.opts.Now()
+	if p.opts.Size > 0 {
+		if p.sz.miss(p.lastMiss, p.memPer) {
+			p.stats.Grown++
+		} else {
+			p.stats.OverBudget++
+		}
+	}
 	p.mu.Unlock()
 	p.kick()
 	// Once calm, unwarmed sandboxes get their imports (see warmOne).
@@ -216,6 +258,12 @@ func (p *Pool) take() *slot {
 	s := p.ready[i]
 	p.ready = append(p.ready[:i], p.ready[i+1:]...)
 	s.move(Ready, Acquired)
+	p.lastTake = time.Now()
+	if p.settle == nil {
+		p.settle = time.AfterFunc(refillSettle, p.kick)
+	} else {
+		p.settle.Reset(refillSettle)
+	}
 	return s
 }
 
@@ -254,7 +302,7 @@ func (p *Pool) count(f func(*Stats)) {
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	st := p.stats
-	st.Ready, st.Starting = len(p.ready), p.starting
+	st.Ready, st.Starting, st.Target = len(p.ready), p.starting, p.sz.want(p.memPer)
 	ready := make([]*sandbox.Sandbox, 0, len(p.ready))
 	for _, s := range p.ready {
 		ready = append(ready, s.sb)
@@ -280,7 +328,7 @@ func (p *Pool) Stats() Stats {
 func (p *Pool) refillLoop() {
 	defer p.wg.Done()
 	sem := make(chan struct{}, p.opts.RefillConcurrency)
-	tick := time.NewTicker(max(p.opts.MaxIdleAge/4, time.Second))
+	tick := time.NewTicker(max(min(p.opts.MaxIdleAge/4, p.opts.ShrinkAfter/2), time.Second))
 	defer tick.Stop()
 	for {
 		select {
@@ -289,6 +337,7 @@ func (p *Pool) refillLoop() {
 		case <-p.wake:
 		case <-tick.C:
 			p.recycleOld()
+			p.shrink()
 		}
 		for p.reserve() {
 			select {
@@ -328,7 +377,7 @@ func (p *Pool) reserveWarming() *slot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.warming || p.starting > 0 ||
-		len(p.ready) < p.opts.Size || !p.calm() {
+		len(p.ready) < p.sz.want(p.memPer) || !p.calm() {
 		return nil
 	}
 	for i, s := range p.ready {
@@ -366,7 +415,9 @@ func (p *Pool) finishWarming(s *slot, err error) {
 func (p *Pool) reserve() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.ready)+p.starting >= p.opts.Size {
+	n := len(p.ready) + p.starting
+	if p.closed || n >= p.sz.want(p.memPer) ||
+		(n >= p.opts.Size && time.Since(p.lastTake) < refillSettle) {
 		return false
 	}
 	p.starting++
@@ -410,6 +461,7 @@ func (p *Pool) fillOne() {
 	}
 	p.ready = append(p.ready, &slot{sb: sb, status: Ready, readyAt: p.opts.Now(), warm: warm})
 	p.mu.Unlock()
+	p.measure(sb)
 	p.kick() // a full pool may warm what it holds unwarmed
 	p.log.Debug("sandbox ready in pool", "sandbox", sb.ID())
 }
@@ -429,7 +481,10 @@ func (p *Pool) prepare() (_ *sandbox.Sandbox, warm bool, retErr error) {
 		}
 	}()
 	p.mu.Lock()
-	warm = p.calm()
+	// Also warm once the pool holds its base size again: requests are
+	// served from it, and a grown pool refilling after a burst should hand
+	// the next burst warm sandboxes.
+	warm = p.calm() || (p.sz.target > p.opts.Size && len(p.ready) >= p.opts.Size)
 	p.mu.Unlock()
 	if warm {
 		if err := p.warm(sb, false); err != nil {
@@ -459,6 +514,54 @@ func (p *Pool) warm(sb *sandbox.Sandbox, paused bool) error {
 		return sb.Pause()
 	}
 	return nil
+}
+
+// measure folds a new ready sandbox's memory charge into the running mean
+// the memory budget is checked against.
+func (p *Pool) measure(sb *sandbox.Sandbox) {
+	m, err := sb.MemoryCurrent()
+	if err != nil || m == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.memPer == 0 {
+		p.memPer = m
+	} else {
+		p.memPer = (3*p.memPer + m) / 4
+	}
+}
+
+// shrink gives back growth after an idle period (see sizer.idle) and
+// destroys the ready sandboxes over the new target, unwarmed ones first,
+// then the oldest.
+func (p *Pool) shrink() {
+	p.mu.Lock()
+	if p.closed || !p.sz.idle(p.opts.Now()) {
+		p.mu.Unlock()
+		return
+	}
+	p.stats.Shrunk++
+	target := p.sz.want(p.memPer)
+	var drop []*slot
+	for over := len(p.ready) + p.starting - target; over > 0 && len(p.ready) > 0; over-- {
+		i := 0
+		for j, s := range p.ready {
+			if !s.warm {
+				i = j
+				break
+			}
+		}
+		s := p.ready[i]
+		p.ready = append(p.ready[:i], p.ready[i+1:]...)
+		s.move(Ready, Destroyed)
+		drop = append(drop, s)
+	}
+	p.mu.Unlock()
+	for _, s := range drop {
+		p.destroyAsync(s.sb)
+	}
+	p.log.Debug("pool shrank after idle", "target", target, "destroyed", len(drop))
 }
 
 // recycleOld destroys ready sandboxes older than MaxIdleAge; the refill
@@ -498,6 +601,9 @@ func (p *Pool) destroyAsync(sb *sandbox.Sandbox) {
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	if p.settle != nil {
+		p.settle.Stop()
+	}
 	ready := p.ready
 	p.ready = nil
 	p.mu.Unlock()

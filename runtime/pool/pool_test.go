@@ -316,3 +316,60 @@ func TestWarmsOnlyWhenCalm(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// waitStats polls until ok holds for the pool's counters.
+func waitStats(t *testing.T, p *pool.Pool, what string, ok func(pool.Stats) bool) pool.Stats {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for st := p.Stats(); ; st = p.Stats() {
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool never %s: %+v", what, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A pool of 1 that ran dry grows one sandbox per miss (to MaxSize), fills
+// to the new size with real sandboxes, and gives the growth back on its
+// clock's idle periods, destroying what it no longer needs.
+func TestAdaptiveGrowsAndShrinks(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	// ShrinkAfter 2s sets the refill loop's real-time tick to 1s;
+	// MaxIdleAge (fake clock) is never reached.
+	p := newPoolOpts(t, pool.Options{Size: 1, MaxSize: 3, ShrinkAfter: 2 * time.Second, MaxIdleAge: time.Hour, Now: clock.Now})
+	waitReady(t, p, 1)
+	var taken []*sandbox.Sandbox
+	// Three misses (a refill may turn some acquires into hits): the first
+	// two grow the pool, the third finds it at MaxSize.
+	for i := 0; i < 20 && p.Stats().Misses < 3; i++ {
+		sb, _, err := p.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, sb)
+	}
+	for _, sb := range taken {
+		sb.Destroy()
+	}
+	st := waitStats(t, p, "filled to 3", func(st pool.Stats) bool { return st.Ready == 3 })
+	if st.Misses != 3 || st.Target != 3 || st.Grown != 2 || st.OverBudget != 1 || st.Shrunk != 0 {
+		t.Errorf("after 3 misses: %+v, want target 3, grown 2, over budget 1", st)
+	}
+	clock.Advance(time.Second) // short idle: kept
+	sb, warm, err := p.Acquire(context.Background())
+	if err != nil || !warm {
+		t.Fatalf("acquire from the grown pool: warm %v, %v", warm, err)
+	}
+	sb.Destroy()
+	waitReady(t, p, 3)
+	clock.Advance(2 * time.Second)
+	waitStats(t, p, "shrunk to 2", func(st pool.Stats) bool { return st.Target == 2 && st.Ready == 2 })
+	clock.Advance(2 * time.Second)
+	st = waitStats(t, p, "shrunk to 1", func(st pool.Stats) bool { return st.Target == 1 && st.Ready == 1 && st.Starting == 0 })
+	if st.Shrunk != 2 {
+		t.Errorf("shrunk %d times, want 2: %+v", st.Shrunk, st)
+	}
+}

@@ -982,6 +982,13 @@ var _ io.Writer = (*boundedBuffer)(nil)
 
 // MemoryCurrent is the sandbox's current memory charge in bytes.
 func (s *Sandbox) MemoryCurrent() (uint64, error) {
+	// Under mu: Destroy removes the cgroup manager's paths while a pool's
+	// Stats may be reading them.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return 0, ErrClosed
+	}
 	return cgroups.ReadMemoryCurrent(s.cgm)
 }
 

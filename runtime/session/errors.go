@@ -45,3 +45,6 @@ func (e *FileError) Error() string {
 }
 
 func (e *FileError) Unwrap() error { return e.Err }
+
+// ErrExists: fork_session named a new session id that is already taken.
+var ErrExists = errors.New("session already exists")

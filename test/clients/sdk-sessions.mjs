@@ -79,3 +79,31 @@ test("two sessions are isolated", async () => {
     await client.close();
   }
 });
+
+test("fork_session copies a session, lists what it could not copy, and the two diverge", async () => {
+  const { client } = await connect();
+  const src = `sdk-fork-src-${process.pid}`, dst = `sdk-fork-dst-${process.pid}`;
+  try {
+    let res = await call(client, "execute_python", {
+      code: "import threading\nx = 41\nlock = threading.Lock()\nopen('/workspace/f.txt', 'w').write('shared')", session_id: src,
+    });
+    assert.notEqual(res.isError, true, text(res));
+    res = await call(client, "fork_session", { session_id: src, new_session_id: dst });
+    assert.notEqual(res.isError, true, text(res));
+    assert.equal(res.structuredContent.session_id, dst);
+    assert.deepEqual(res.structuredContent.uncopied, ["lock"]);
+    assert.match(text(res), /Not copied.*lock/);
+    await call(client, "execute_python", { code: "x = 'fork'", session_id: dst });
+    res = await call(client, "execute_python", { code: "[x, open('/workspace/f.txt').read(), 'lock' in globals()]", session_id: src });
+    assert.deepEqual(res.structuredContent.result, [41, "shared", true]);
+    res = await call(client, "execute_python", { code: "[x, open('/workspace/f.txt').read(), 'lock' in globals()]", session_id: dst });
+    assert.deepEqual(res.structuredContent.result, ["fork", "shared", false]);
+    res = await call(client, "fork_session", { session_id: "never-made", new_session_id: "x" });
+    assert.equal(res.isError, true);
+    assert.match(text(res), /session not found: never-made/);
+  } finally {
+    await call(client, "destroy_session", { session_id: src });
+    await call(client, "destroy_session", { session_id: dst });
+    await client.close();
+  }
+});
