@@ -87,6 +87,10 @@ type Options struct {
 	// ProcDir is the proc filesystem scanned before a dead owner's lease
 	// is taken again ("" means /proc).
 	ProcDir string
+	// Own says the range is the user's own subordinate range, as a
+	// rootless forge's user namespace maps it: the host files are not
+	// checked, since the user is meant to own those ids.
+	Own bool
 }
 
 func (o *Options) setDefaults() error {
@@ -162,8 +166,10 @@ func New(opts Options) (*Allocator, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	if err := CheckHost(opts.Reserved, opts.EtcDir); err != nil {
-		return nil, err
+	if !opts.Own {
+		if err := CheckHost(opts.Reserved, opts.EtcDir); err != nil {
+			return nil, err
+		}
 	}
 	a := &Allocator{
 		dir:      filepath.Join(opts.StateDir, "idmap"),

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/seccomp"
@@ -80,6 +81,9 @@ type Runtime struct {
 	ids        *idmap.Allocator // one block of host ids per live sandbox
 	recovered  CleanupReport    // what NewRuntime's Cleanup removed
 	budgets    UserLimits       // each sandbox's per-user kernel limits
+	rootless   bool             // forge runs as an ordinary user (internal/rootless)
+	noCgroups  bool             // rootless without a cgroup of its own: rlimits, no freezer
+	procRoot   string
 	log        *slog.Logger
 }
 
@@ -115,6 +119,22 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		log:        opts.Logger,
 		live:       make(map[string]*Sandbox),
 		pyc:        make(map[string]bool),
+		procRoot:   opts.ProcRoot,
+	}
+	if rootless.Active() {
+		ids, block, err := RootlessIDs(opts.ProcRoot, opts.IDBlockSize, 1000)
+		if err != nil {
+			return nil, err
+		}
+		if ids.Size == 0 {
+			return nil, fmt.Errorf("%w: the user %d has no subordinate range in /etc/subuid and /etc/subgid; add one (usermod --add-subuids 100000-165535 --add-subgids 100000-165535 USER)", ErrInvalidConfig, rootless.UID())
+		}
+		opts.IDRange, opts.IDBlockSize = ids, block
+		r.rootless, r.noCgroups = true, true
+		if opts.Parent != (ParentLimits{}) {
+			r.log.Debug("rootless: no cgroup of forge's own; the parent limits (limits.memory, limits.pids of all sandboxes together) do not hold", "memory", cgroups.FormatMemory(opts.Parent.MemoryBytes), "pids", opts.Parent.Pids)
+			opts.Parent = ParentLimits{}
+		}
 	}
 	if err := r.setLimits(opts); err != nil {
 		return nil, err
@@ -135,7 +155,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.agentDir = dir
 	r.unified = occgroups.IsCgroup2UnifiedMode()
-	if r.ids, err = idmap.New(idmap.Options{StateDir: opts.StateDir, Reserved: opts.IDRange, BlockSize: opts.IDBlockSize}); err != nil {
+	if r.ids, err = idmap.New(idmap.Options{StateDir: opts.StateDir, Reserved: opts.IDRange, BlockSize: opts.IDBlockSize, Own: r.rootless}); err != nil {
 		return nil, fmt.Errorf("sandbox host ids: %w", err)
 	}
 	prepareSlimInit(r.log)
@@ -351,10 +371,11 @@ func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (
 		WithTmpfs("/tmp", cfg.TmpSize),
 		WithTmpfs(WorkspacePath, cfg.WorkspaceSize),
 		WithReadOnlyBind(r.agentDir, AgentMountPoint),
-		WithResources(cfg.Limits.Spec()),
 		WithSeccomp(cfg.Seccomp),
-		WithCgroupsPath(r.cgroupBase + "/" + id),
 		WithUserLimits(r.budgets),
+	}
+	if !r.noCgroups {
+		opts = append(opts, WithResources(cfg.Limits.Spec()), WithCgroupsPath(r.cgroupBase+"/"+id))
 	}
 	if cfg.BridgeDir != "" {
 		opts = append(opts, WithReadOnlyBind(cfg.BridgeDir, BridgeMountPoint))
@@ -466,7 +487,7 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 	t0 := time.Now()
 	specconvMu.Lock()
 	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
-		CgroupName: id, Spec: spec, NoNewKeyring: true,
+		CgroupName: id, Spec: spec, NoNewKeyring: true, RootlessCgroups: r.noCgroups,
 	})
 	if err == nil {
 		// The devices point at specconv's package-level defaults, which
@@ -481,6 +502,9 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 		return nil, fmt.Errorf("converting spec of sandbox %s: %w", id, err)
 	}
 	lc.Rlimits = rlimits(spec.Process.Rlimits)
+	if r.noCgroups {
+		lc.Rlimits = append(lc.Rlimits, rlimitsFor(cfg.Limits)...)
+	}
 	tSpec := time.Since(t0)
 	c, err := libcontainer.Create(r.root, id, lc)
 	if err != nil {
@@ -533,7 +557,7 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id), OnBreak: s.onClientBreak})
 	go s.wait() // after the client exists: wait closes it
 	st, err := c.State()
-	if err == nil {
+	if err == nil && !r.noCgroups {
 		s.cgm, err = manager.NewWithPaths(lc.Cgroups, st.CgroupPaths)
 	}
 	if err != nil {
@@ -648,6 +672,11 @@ func (s *Sandbox) HostGID() int { return int(s.lease.Range().Start + s.uid) }
 // in its cgroup, which no process outside can join (the cgroup is host
 // root's, and the sandbox cannot create cgroups).
 func (s *Sandbox) OwnsProcess(pid int) (bool, error) {
+	if s.rt.noCgroups {
+		// No cgroup: its pid namespace, which nothing outside can join
+		// (setns needs a capability in the sandbox's user namespace).
+		return inPidNS(s.rt.procRoot, s.Pid(), pid)
+	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		return false, err
@@ -711,6 +740,12 @@ func (s *Sandbox) Pause() error {
 	if s.paused {
 		return nil
 	}
+	if s.rt.noCgroups {
+		// No freezer: an idle agent blocks on its pipe; threads user
+		// code left running carry on (forge doctor says so).
+		s.paused = true
+		return nil
+	}
 	if err := s.freezeLocked(); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", s.id, err)
 	}
@@ -749,6 +784,10 @@ func (s *Sandbox) Resume() error {
 	if !s.paused {
 		return nil
 	}
+	if s.rt.noCgroups {
+		s.paused = false
+		return nil
+	}
 	if err := s.c.Resume(); err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", s.id, err)
 	}
@@ -767,6 +806,13 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 	if l == s.limits {
 		return nil
 	}
+	if s.rt.noCgroups {
+		if err := s.setRlimits(l); err != nil {
+			return fmt.Errorf("setting limits of sandbox %s: %w", s.id, err)
+		}
+		s.limits = l
+		return nil
+	}
 	cfg := s.c.Config()
 	res := *cfg.Cgroups.Resources
 	l.ApplyTo(&res)
@@ -783,6 +829,9 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 
 // Usage reads the sandbox's cgroup counters.
 func (s *Sandbox) Usage() (cgroups.Usage, error) {
+	if s.rt.noCgroups {
+		return cgroups.Usage{}, ErrNoCgroup
+	}
 	return cgroups.ReadUsage(s.cgm)
 }
 
@@ -850,6 +899,9 @@ func (s *Sandbox) DeathReason() string {
 
 // PidsLimitHits is how often the sandbox's cgroup refused a process or thread at pids.max.
 func (s *Sandbox) PidsLimitHits() (uint64, error) {
+	if s.rt.noCgroups {
+		return 0, ErrNoCgroup
+	}
 	return cgroups.ReadPidsLimitHits(s.cgm)
 }
 
@@ -958,6 +1010,9 @@ var _ io.Writer = (*boundedBuffer)(nil)
 
 // MemoryCurrent is the sandbox's current memory charge in bytes.
 func (s *Sandbox) MemoryCurrent() (uint64, error) {
+	if s.rt.noCgroups {
+		return 0, ErrNoCgroup
+	}
 	return cgroups.ReadMemoryCurrent(s.cgm)
 }
 
@@ -968,7 +1023,13 @@ func (s *Sandbox) Healthy() error {
 	if !s.Alive() {
 		return errors.New("agent exited")
 	}
-	pids, err := s.c.Processes()
+	var pids []int
+	var err error
+	if s.rt.noCgroups {
+		pids, err = nsProcesses(s.rt.procRoot, s.Pid())
+	} else {
+		pids, err = s.c.Processes()
+	}
 	if err != nil {
 		return fmt.Errorf("listing processes: %w", err)
 	}
