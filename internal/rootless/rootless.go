@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sirupsen/logrus"
 	"go.podman.io/storage/pkg/unshare"
 )
 
@@ -63,6 +64,11 @@ func Enter() error {
 				return fmt.Errorf("%w: %s not found; rootless forge maps the user's subordinate range %s with it (Debian package uidmap)", ErrNoUserNamespace, tool, sub)
 			}
 		}
+	}
+	if sub.Size == 0 {
+		// unshare warns three times that there is none; forge doctor and
+		// the runtime's log say it once, with what it weakens.
+		logrus.SetLevel(logrus.ErrorLevel)
 	}
 	unshare.MaybeReexecUsingUserNamespace(false)
 	return nil

@@ -126,11 +126,15 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ids.Size == 0 {
-			return nil, fmt.Errorf("%w: the user %d has no subordinate range in /etc/subuid and /etc/subgid; add one (usermod --add-subuids 100000-165535 --add-subgids 100000-165535 USER)", ErrInvalidConfig, rootless.UID())
-		}
 		opts.IDRange, opts.IDBlockSize = ids, block
 		r.rootless, r.noCgroups = true, true
+		if ids.Size == 0 {
+			// No subordinate range: only the user's own uid is mapped
+			// (forge's root); every sandbox runs as it (forge doctor says
+			// what that weakens).
+			r.log.Warn("rootless without a subordinate range: every sandbox runs as your own uid; add a range in /etc/subuid and /etc/subgid (forge doctor)", "uid", rootless.UID())
+			r.ids = idmap.NewShared(idmap.Range{Start: 0, Size: 1})
+		}
 		if opts.Parent != (ParentLimits{}) {
 			r.log.Debug("rootless: no cgroup of forge's own; the parent limits (limits.memory, limits.pids of all sandboxes together) do not hold", "memory", cgroups.FormatMemory(opts.Parent.MemoryBytes), "pids", opts.Parent.Pids)
 			opts.Parent = ParentLimits{}
@@ -155,7 +159,9 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.agentDir = dir
 	r.unified = occgroups.IsCgroup2UnifiedMode()
-	if r.ids, err = idmap.New(idmap.Options{StateDir: opts.StateDir, Reserved: opts.IDRange, BlockSize: opts.IDBlockSize, Own: r.rootless}); err != nil {
+	if r.ids != nil {
+		// shared (rootless, no subordinate range)
+	} else if r.ids, err = idmap.New(idmap.Options{StateDir: opts.StateDir, Reserved: opts.IDRange, BlockSize: opts.IDBlockSize, Own: r.rootless}); err != nil {
 		return nil, fmt.Errorf("sandbox host ids: %w", err)
 	}
 	prepareSlimInit(r.log)
@@ -327,7 +333,7 @@ type Config struct {
 	OnDestroy func()
 }
 
-func (c *Config) setDefaults(blockSize uint32) error {
+func (c *Config) setDefaults(blockSize uint32, shared bool) error {
 	if c.TmpSize == 0 {
 		c.TmpSize = DefaultTmpSize
 	}
@@ -337,7 +343,10 @@ func (c *Config) setDefaults(blockSize uint32) error {
 	if c.UID == 0 {
 		c.UID = 1000
 	}
-	if c.UID >= blockSize {
+	if shared {
+		c.UID = 0 // the one id mapped (WithOwnIDMapping): code runs as it, with no capabilities
+	}
+	if c.UID >= blockSize && !shared {
 		return fmt.Errorf("sandbox uid %d outside the mapped block of %d ids: %w", c.UID, blockSize, ErrInvalidConfig)
 	}
 	if c.Seccomp == nil {
@@ -362,18 +371,22 @@ func newID() string {
 
 // spec builds the OCI spec of a sandbox.
 func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (*specs.Spec, error) {
-	opts := []SpecOpt{
+	ident := []SpecOpt{WithIDMapping(ids.Start, ids.Size), WithUser(cfg.UID, cfg.UID)}
+	if r.ids.Shared() {
+		ident = []SpecOpt{WithOwnIDMapping()}
+	}
+	opts := append([]SpecOpt{
 		WithRootfs(cfg.Rootfs),
-		WithHostname("sandbox-" + id[len(id)-6:]),
-		WithIDMapping(ids.Start, ids.Size),
-		WithUser(cfg.UID, cfg.UID),
+		WithHostname("sandbox-" + id[len(id)-6:])},
+		ident...) // before the tmpfs mounts, which the sandbox user owns
+	opts = append(opts,
 		WithArgs(argv...),
 		WithTmpfs("/tmp", cfg.TmpSize),
 		WithTmpfs(WorkspacePath, cfg.WorkspaceSize),
 		WithReadOnlyBind(r.agentDir, AgentMountPoint),
 		WithSeccomp(cfg.Seccomp),
 		WithUserLimits(r.budgets),
-	}
+	)
 	if !r.noCgroups {
 		opts = append(opts, WithResources(cfg.Limits.Spec()), WithCgroupsPath(r.cgroupBase+"/"+id))
 	}
@@ -424,7 +437,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 			onDestroy()
 		}
 	}()
-	if err := cfg.setDefaults(r.ids.BlockSize()); err != nil {
+	if err := cfg.setDefaults(r.ids.BlockSize(), r.ids.Shared()); err != nil {
 		return nil, err
 	}
 	if err := r.ensureAgentDir(); err != nil {

@@ -173,7 +173,11 @@ open("/workspace/w", "w").write("ok")
 print(json.dumps(r))
 `
 
-func checkInvariants(t *testing.T, out string) {
+func checkInvariants(t *testing.T, out string) { checkInvariantsAs(t, out, false) }
+
+// checkInvariantsAs checks invariantsPy's report; ownUID is a sandbox of a
+// user without a subordinate range, whose one mapped id is 0 inside.
+func checkInvariantsAs(t *testing.T, out string, ownUID bool) {
 	t.Helper()
 	var r struct {
 		UID          int      `json:"uid"`
@@ -192,8 +196,10 @@ func checkInvariants(t *testing.T, out string) {
 		t.Fatalf("invariants output %q: %v", out, err)
 	}
 	switch {
-	case r.UID == 0:
+	case r.UID == 0 && !ownUID:
 		t.Errorf("code runs as uid 0 inside")
+	case r.UID != 0 && ownUID:
+		t.Errorf("code runs as uid %d inside, want 0 (the one id mapped)", r.UID)
 	case r.Seccomp != "2":
 		t.Errorf("seccomp mode %q, want 2 (filter)", r.Seccomp)
 	case r.NNP != "1":
@@ -420,6 +426,24 @@ func unmountUnder(dir string) {
 		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
 			syscall.Unmount(f[4], syscall.MNT_DETACH)
 		}
+	}
+}
+
+// TestRootlessWithoutSubordinateRange: a user with no range in /etc/subuid
+// gets sandboxes that all map only its own uid, with every other invariant,
+// and doctor says what that weakens.
+func TestRootlessWithoutSubordinateRange(t *testing.T) {
+	u := newUser(t)
+	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
+		if err := dropLines(f, u.name+":"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u.importImage(t)
+	checkInvariantsAs(t, u.run(t, "run", invariantsPy), true)
+	doctor, _, _ := u.try("doctor", "--json")
+	if !strings.Contains(doctor, `"sandbox ids (rootless)","found":false`) || !strings.Contains(doctor, "every sandbox runs as your own uid") {
+		t.Errorf("doctor does not say what a missing range weakens:\n%s", doctor)
 	}
 }
 
