@@ -30,8 +30,8 @@ timeout_min=${V2_TIMEOUT_MIN:-25}
 
 log() { printf 'v2-guest: %s\n' "$*" >&2; }
 t0=$(date +%s)
-for tool in qemu-system-x86_64 busybox mkfs.ext4 cpio; do
-	command -v "$tool" >/dev/null || { log "$tool missing (make deps installs qemu-system-x86, busybox-static, e2fsprogs, cpio)"; exit 2; }
+for tool in qemu-system-x86_64 busybox mkfs.ext4 cpio depmod; do
+	command -v "$tool" >/dev/null || { log "$tool missing (scripts/install-deps.sh v2 installs qemu-system-x86, busybox-static, e2fsprogs, cpio, kmod)"; exit 2; }
 done
 [[ -d $layout ]] || { log "$layout missing: run make image"; exit 2; }
 [[ $(id -u) -eq 0 ]] || { log "needs root (the guest rootfs keeps its files' owners)"; exit 2; }
@@ -44,7 +44,8 @@ kdir=$dir/$pkg
 if [[ ! -f $kdir/done ]]; then
 	log "fetching $pkg"
 	rm -rf "$kdir" && mkdir -p "$kdir"
-	(cd "$kdir" && apt-get download -qq "$pkg" && dpkg-deb -x ./*.deb x && rm -f ./*.deb)
+	(cd "$kdir" && apt-get download -qq "$pkg" 2>&1 | grep -v unsandboxed; dpkg-deb -x ./*.deb x && rm -f ./*.deb)
+	depmod -b "$kdir/x" "${pkg#linux-image-}" # the package's postinst would
 	touch "$kdir/done"
 fi
 kver=${pkg#linux-image-}
@@ -81,7 +82,7 @@ if [[ ! -f $initrd ]]; then
 	mkdir -p "$ird"/{bin,dev,proc,sys,newroot,lib/modules}
 	cp "$(command -v busybox)" "$ird/bin/busybox"
 	: >"$ird/modules.list"
-	for ko in $(modules virtio_pci virtio_blk ext4 overlay); do
+	for ko in $(modules virtio_pci virtio_blk crc32c_generic crc32c-intel ext4 overlay); do
 		f=$moddir/$ko
 		case $f in
 		*.xz) xz -dc "$f" >"$ird/lib/modules/$(basename "${f%.xz}")" ;;

@@ -74,12 +74,14 @@ func newUser(t *testing.T) *user {
 	t.Cleanup(func() {
 		// The user's forge processes are gone (each test waits for its own);
 		// its state dir holds files of its subordinate ids: root removes them.
+		// userdel removes the user's subordinate ranges too, under
+		// shadow's locks (other tests add users meanwhile).
 		if out, err := exec.Command("userdel", "--force", u.name).CombinedOutput(); err != nil {
 			t.Errorf("userdel %s: %v: %s", u.name, err, out)
 		}
 		for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
-			if err := dropLines(f, u.name+":"); err != nil {
-				t.Errorf("removing %s from %s: %v", u.name, f, err)
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), "\n"+u.name+":") || strings.HasPrefix(string(b), u.name+":") {
+				t.Errorf("userdel left %s in %s", u.name, f)
 			}
 		}
 		unmountUnder(dir)
@@ -404,20 +406,6 @@ func sandboxUIDs(t *testing.T, u *user) []int {
 	return out
 }
 
-func dropLines(path, prefix string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var keep []string
-	for _, l := range strings.SplitAfter(string(b), "\n") {
-		if !strings.HasPrefix(l, prefix) {
-			keep = append(keep, l)
-		}
-	}
-	return os.WriteFile(path, []byte(strings.Join(keep, "")), 0o644)
-}
-
 // unmountUnder detaches any mount left below dir (none when forge exited
 // cleanly: its mounts lived in its own mount namespace).
 func unmountUnder(dir string) {
@@ -434,10 +422,21 @@ func unmountUnder(dir string) {
 // and doctor says what that weakens.
 func TestRootlessWithoutSubordinateRange(t *testing.T) {
 	u := newUser(t)
-	for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
-		if err := dropLines(f, u.name+":"); err != nil {
-			t.Fatal(err)
+	// usermod takes shadow's locks: other tests add users at the same time.
+	r := func(file string) string {
+		b, _ := os.ReadFile(file)
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Split(l, ":"); len(f) == 3 && f[0] == u.name {
+				start, _ := strconv.Atoi(f[1])
+				n, _ := strconv.Atoi(f[2])
+				return fmt.Sprintf("%d-%d", start, start+n-1)
+			}
 		}
+		t.Fatalf("%s has no range in %s", u.name, file)
+		return ""
+	}
+	if out, err := exec.Command("usermod", "--del-subuids", r("/etc/subuid"), "--del-subgids", r("/etc/subgid"), u.name).CombinedOutput(); err != nil {
+		t.Fatalf("usermod --del-subuids: %v: %s", err, out)
 	}
 	u.importImage(t)
 	checkInvariantsAs(t, u.run(t, "run", invariantsPy), true)
