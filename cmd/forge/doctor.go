@@ -50,6 +50,9 @@ func hostChecks() []check {
 	if verr != nil {
 		detail = verr.Error()
 	}
+	if rootless.Active() {
+		detail += " (the host's; a rootless forge owns none of them: see the rootless limit rows)"
+	}
 	cs = append(cs, check{Name: "cgroups", Found: verr == nil, Detail: detail, Disables: "all sandboxes (memory, CPU and pids limits)"})
 	for _, c := range []struct{ name, disables string }{
 		{"memory", "all sandboxes (memory limit, OOM detection)"},

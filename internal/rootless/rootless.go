@@ -23,8 +23,8 @@ import (
 	"go.podman.io/storage/pkg/unshare"
 )
 
-// envUID carries the user's real uid into the re-executed forge (set by
-// unshare as _CONTAINERS_ROOTLESS_UID; read here through unshare).
+// envDone marks the re-executed forge (unshare sets it; it also carries
+// the user's uid as _CONTAINERS_ROOTLESS_UID, read through unshare).
 const envDone = unshare.UsernsEnvName
 
 // Active reports whether this process is a rootless forge inside its own
@@ -58,11 +58,11 @@ func Enter() error {
 	if err != nil {
 		return err
 	}
-	if sub.Size > 0 {
-		for _, tool := range []string{"newuidmap", "newgidmap"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				return fmt.Errorf("%w: %s not found; rootless forge maps the user's subordinate range %s with it (Debian package uidmap)", ErrNoUserNamespace, tool, sub)
-			}
+	// unshare writes every mapping through them, also the user's own uid
+	// alone (a direct write could not allow setgroups).
+	for _, tool := range []string{"newuidmap", "newgidmap"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%w: %s not found; rootless forge maps your uid and subordinate range (%s) with it: install Debian's uidmap package", ErrNoUserNamespace, tool, sub)
 		}
 	}
 	if sub.Size == 0 {
