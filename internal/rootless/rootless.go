@@ -18,9 +18,11 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/sirupsen/logrus"
 	"go.podman.io/storage/pkg/unshare"
+	"golang.org/x/sys/unix"
 )
 
 // envDone marks the re-executed forge (unshare sets it; it also carries
@@ -30,7 +32,24 @@ const envDone = unshare.UsernsEnvName
 // Active reports whether this process is a rootless forge inside its own
 // user namespace (after Enter re-executed it).
 func Active() bool {
-	return os.Getenv(envDone) != "" && unshare.GetRootlessUID() != 0 && os.Geteuid() == 0
+	activeOnce.Do(func() {
+		active = os.Getenv(envDone) != "" && unshare.GetRootlessUID() != 0 && os.Geteuid() == 0 && !initUserNS()
+	})
+	return active
+}
+
+var (
+	activeOnce sync.Once
+	active     bool
+)
+
+// initUserNS reports whether this process is in the host's user namespace,
+// where the variables Active reads mean nothing: a root forge started with
+// them set must not take host ids for the user's own.
+func initUserNS() bool {
+	const initIno = 0xEFFFFFFD // PROC_USER_INIT_INO
+	var st unix.Stat_t
+	return unix.Stat("/proc/self/ns/user", &st) != nil || st.Ino == initIno
 }
 
 // UID is the uid of the user forge runs for: the real uid outside the

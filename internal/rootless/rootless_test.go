@@ -77,3 +77,13 @@ func TestSubordinate(t *testing.T) {
 		t.Errorf("no subuid file: %v %v", r, err)
 	}
 }
+
+// The variables of a re-executed forge do not make a process in the host's
+// user namespace rootless (it would take host ids for the user's own).
+func TestActiveNeedsOwnNamespace(t *testing.T) {
+	t.Setenv(envDone, "done")
+	t.Setenv("_CONTAINERS_ROOTLESS_UID", "1000")
+	if initUserNS() && Active() {
+		t.Error("Active in the host's user namespace")
+	}
+}
