@@ -67,6 +67,7 @@ test: build test-images $(MCPSERVER)
 	$(TESTENV) $(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
 	$(MAKE) --no-print-directory test-sdk
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
+	$(MAKE) --no-print-directory test-v2
 
 # The sandbox tests in a pure cgroup v2 guest under qemu (scripts/v2-guest.sh;
 # README "Tests" says how long it takes). V2_RUN=REGEX picks tests.

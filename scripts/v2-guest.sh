@@ -26,6 +26,12 @@ layout=$cache/images/forge_python_3.11
 tags='seccomp containers_image_openpgp exclude_graphdriver_btrfs'
 export PATH=$PATH:/usr/local/go/bin CGO_ENABLED=1
 run=${V2_RUN:-.}            # -test.run of the sandbox tests
+# Under TCG (15-30 x slower, far more on a loaded host) these fail only on
+# their wall-time bounds (an ending noticed within half the time limit, a 1 s
+# timeout within 2 s, 65536 files within 60 s); what they check of cgroups is
+# also in TestOOMKilled, TestCaughtPidsLimitIsNoError and
+# TestParentCgroupLimits. V2_SKIP= runs them too.
+tcg_skip='^(TestRunEndings|TestTimeout|TestForkBombContained|TestWorkspaceInodesCapped)$'
 timeout_min=${V2_TIMEOUT_MIN:-25}
 
 log() { printf 'v2-guest: %s\n' "$*" >&2; }
@@ -122,6 +128,17 @@ if [[ ! -f $base.done ]]; then
 	touch "$base.done"
 fi
 
+# KVM when it runs Debian's kernel (kvm_pvm, for one, does not), else TCG.
+accel=(-accel tcg,thread=multi -cpu max)
+if [[ -w /dev/kvm ]] && timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -nographic -no-reboot \
+	-kernel "$vmlinuz" -append "console=ttyS0 panic=-1 rdinit=/bin/busybox-probe" </dev/null 2>&1 | grep -q "Linux version"; then
+	accel=(-accel kvm -cpu host)
+fi
+skip=${V2_SKIP-}
+if [[ ${accel[1]} == tcg* && -z ${V2_SKIP+set} ]]; then
+	skip=$tcg_skip
+fi
+
 # What this run tests: fresh binaries, the image layout, the guest init.
 log "building the test binary and forge"
 (cd "$root" && make -s build >/dev/null && go test -c -tags "$tags" -o "$dir/sandbox.test" ./runtime/sandbox)
@@ -151,7 +168,7 @@ echo "v2-guest: booted \$(\$bb uname -r), cgroup controllers: \$(cat /sys/fs/cgr
 cd /forge-v2
 export CI=true FORGE_CACHE_DIR=/forge-v2/cache FORGE_TEST_STATE_DIR=/var/lib/forge-test
 ./forge --state-dir /var/lib/forge-test doctor
-./sandbox.test -test.v -test.count=1 -test.timeout ${timeout_min}m -test.run '$run' 2>&1
+./sandbox.test -test.v -test.count=1 -test.timeout ${timeout_min}m -test.run '$run' -test.skip '$skip' 2>&1
 echo "FORGE-V2-RC=\$?"
 \$bb sync
 echo o > /proc/sysrq-trigger
@@ -164,12 +181,7 @@ rm -f "$disk"
 log "building the disk"
 mkfs.ext4 -q -F -d "$base" "$disk" 6G
 
-accel=(-accel tcg,thread=multi -cpu max)
-if [[ -w /dev/kvm ]] && timeout 20 qemu-system-x86_64 -accel kvm -cpu host -m 256 -nographic -no-reboot \
-	-kernel "$vmlinuz" -append "console=ttyS0 panic=-1 rdinit=/bin/busybox-probe" </dev/null 2>&1 | grep -q "Linux version"; then
-	accel=(-accel kvm -cpu host)
-fi
-log "booting with ${accel[1]} ($(($(date +%s) - t0)) s of preparation)"
+log "booting with ${accel[1]} ($(($(date +%s) - t0)) s of preparation)${skip:+, not running $skip}"
 out=$dir/console.log
 tb=$(date +%s)
 timeout $((timeout_min * 60 + 300)) qemu-system-x86_64 "${accel[@]}" -smp 2 -m 2048 -nographic -no-reboot \
