@@ -33,7 +33,13 @@ func rootlessLimitChecks() []check {
 	f := func(name, how, disables string) check {
 		return check{Name: "limit " + name + " (rootless)", Found: how != "", Detail: how, Disables: disables}
 	}
+	// Informational: forge does not use a delegated subtree yet.
+	deleg := check{Name: "delegated cgroup v2 (rootless)", Found: true, Detail: "none (this process's cgroup is not writable by it)"}
+	if d := sandbox.DelegatedCgroupV2("/proc", "/sys/fs/cgroup"); d != "" {
+		deleg.Detail = d + " is writable (delegated), but forge does not use it yet: the limits below are rlimits"
+	}
 	return []check{
+		deleg,
 		f("memory", held.Memory, "a memory limit"),
 		f("pids", held.Pids, "a process limit"),
 		f("cpu", held.CPU, "a CPU limit: a sandbox can use every core until its execution's timeout"),

@@ -56,10 +56,11 @@ func RootlessIDs(procRoot string, block, uid uint32) (idmap.Range, uint32, error
 	return r, block, nil
 }
 
-// ownCgroupV2 is the cgroup v2 directory this process may create sandbox
-// cgroups in (a delegated subtree: a systemd user scope with Delegate=yes,
-// or one the admin chowned to the user), "" when there is none.
-func ownCgroupV2(procRoot, cgroupRoot string) string {
+// DelegatedCgroupV2 is the cgroup v2 directory this process could create
+// sandbox cgroups in (a delegated subtree: a systemd user scope with
+// Delegate=yes, or one the admin chowned to the user), "" when there is
+// none. forge doctor reports it; the runtime does not use it yet.
+func DelegatedCgroupV2(procRoot, cgroupRoot string) string {
 	b, err := os.ReadFile(procRoot + "/self/cgroup")
 	if err != nil {
 		return ""
