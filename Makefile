@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build image image-data image-trixie test-images run test test-sdk test-clients stress fuzz bench lint clean
+.PHONY: FORCE all deps build image image-data image-trixie test-images run test test-sdk test-clients test-v2 stress fuzz bench lint clean
 
 all: build
 
@@ -72,6 +72,13 @@ test: build test-images $(MCPSERVER)
 	$(TESTENV) $(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
 	$(MAKE) --no-print-directory test-sdk
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
+	$(MAKE) --no-print-directory test-v2
+
+# The sandbox tests in a pure cgroup v2 guest under qemu (scripts/v2-guest.sh;
+# README "Tests" says how long it takes). V2_RUN=REGEX picks tests.
+test-v2: build image
+	@scripts/install-deps.sh v2
+	scripts/v2-guest.sh
 
 # forge_tools (sdk/python): pytest, with pydantic (installed into a venv if missing).
 test-sdk:

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mcp-forge/forge/internal/rootless"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -42,7 +43,7 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config from environment:\n%w", err)
 	}
 	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir(os.Geteuid(), os.Getenv)
+		c.StateDir = DefaultStateDir(rootless.UID(), os.Getenv)
 		if c.StateDir == "" {
 			return nil, &FieldError{Path: "state_dir", Err: errors.New("cannot be derived: neither XDG_STATE_HOME nor HOME is set; set state_dir or FORGE_STATE_DIR")}
 		}

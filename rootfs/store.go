@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/rootless"
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
@@ -149,12 +150,18 @@ func open(ctx context.Context, stateDir string, opts Options) (_ *Store, retErr 
 	}
 	os.Setenv("CONTAINERS_STORAGE_CONF", confPath)
 	start := time.Now()
+	// Image mounts are only ever lower layers of forge's own read-only overlay.
+	driverOpts := []string{"overlay.mountopt=nodev"}
+	if m, err := rootless.Mapped("/proc"); rootless.Active() && err == nil && m.Size == 0 {
+		// A rootless forge with only the user's own uid mapped cannot give
+		// image files their owners: all become the user's (as podman does).
+		driverOpts = append(driverOpts, "overlay.ignore_chown_errors=true")
+	}
 	s.store, err = storage.GetStore(storage.StoreOptions{
-		RunRoot:         filepath.Join(stateDir, "run", "storage"),
-		GraphRoot:       filepath.Join(stateDir, "storage"),
-		GraphDriverName: "overlay",
-		// Image mounts are only ever lower layers of forge's own read-only overlay.
-		GraphDriverOptions: []string{"overlay.mountopt=nodev"},
+		RunRoot:            filepath.Join(stateDir, "run", "storage"),
+		GraphRoot:          filepath.Join(stateDir, "storage"),
+		GraphDriverName:    "overlay",
+		GraphDriverOptions: driverOpts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening image store in %s: %w", stateDir, err)

@@ -11,6 +11,10 @@ pkgs+=(chromium)
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
 	pkgs+=(python3-venv python3-pip)
 fi
+# make test-v2 (scripts/v2-guest.sh): qemu and what builds the guest.
+if [[ ${1:-} == v2 ]]; then
+	pkgs+=(qemu-system-x86 busybox-static cpio e2fsprogs kmod)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/idmap"
@@ -49,6 +50,9 @@ func hostChecks() []check {
 	if verr != nil {
 		detail = verr.Error()
 	}
+	if rootless.Active() {
+		detail += " (the host's; a rootless forge owns none of them: see the rootless limit rows)"
+	}
 	cs = append(cs, check{Name: "cgroups", Found: verr == nil, Detail: detail, Disables: "all sandboxes (memory, CPU and pids limits)"})
 	for _, c := range []struct{ name, disables string }{
 		{"memory", "all sandboxes (memory limit, OOM detection)"},
@@ -81,7 +85,12 @@ func hostChecks() []check {
 	cs = append(cs, check{Name: "tmpfs", Found: strings.Contains(fsys, "tmpfs"), Disables: "/tmp and /workspace inside sandboxes"})
 	_, err := os.Stat("/usr/sbin/debootstrap")
 	cs = append(cs, check{Name: "debootstrap", Found: err == nil, Disables: "`forge image bootstrap` (pull or import an image instead)"})
-	cs = append(cs, check{Name: "root", Found: os.Geteuid() == 0, Detail: fmt.Sprintf("euid %d", os.Geteuid()), Disables: "all sandboxes (forge runs as root to create user namespaces with a mapped range)"})
+	if rootless.Active() {
+		cs = append(cs, check{Name: "mode", Found: true, Detail: fmt.Sprintf("rootless: uid %d, as root of a user namespace of its own", rootless.UID())})
+	} else {
+		cs = append(cs, check{Name: "mode", Found: os.Geteuid() == 0, Detail: fmt.Sprintf("root (euid %d)", os.Geteuid()),
+			Disables: "all sandboxes (an ordinary user's forge runs rootless: see the rootless checks)"})
+	}
 	return cs
 }
 
@@ -93,6 +102,9 @@ func readFile(p string) string {
 // idRangeCheck reports whether the host id range reserved for sandboxes is
 // clear of the subordinate ranges and accounts of etcDir.
 func idRangeCheck(cfg *profiles.Config, etcDir string) check {
+	if rootless.Active() {
+		return rootlessIDCheck(cfg)
+	}
 	s := cfg.Security
 	r := idmap.Range{Start: s.UIDRangeStart, Size: s.UIDRangeSize}
 	c := check{Name: "reserved host id range", Found: true,

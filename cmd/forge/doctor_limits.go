@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/sandbox"
@@ -28,6 +29,9 @@ func limitChecks(cfg *profiles.Config) []check {
 			parts = append(parts, fmt.Sprintf("%s %d/%d", strings.TrimPrefix(k, "max_"), share[k], host[k]))
 		}
 		bc.Found, bc.Detail = true, strings.Join(parts, " ")
+	}
+	if rootless.Active() {
+		return append([]check{bc}, rootlessLimitChecks()...)
 	}
 	pc := check{Name: "parent cgroup limits (" + sandbox.DefaultCgroupParent + ")", Disables: "a cap on all sandboxes together"}
 	now, err := sandbox.ReadParentLimits(sandbox.DefaultCgroupParent)

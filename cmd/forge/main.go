@@ -3,9 +3,11 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/mcp-forge/forge/internal/hooks"
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/internal/startgc"
 )
 
@@ -19,6 +21,12 @@ func main() {
 	// when this process is a container's init; storage re-execs here.
 	if hooks.Reexec() {
 		return
+	}
+	// An ordinary user's forge runs as root of a user namespace of its
+	// own; Enter re-executes it there and does not return.
+	if err := rootless.Enter(); err != nil {
+		fmt.Fprintln(os.Stderr, "forge:", err)
+		os.Exit(exitInfra)
 	}
 	os.Exit(Main(os.Args[1:]))
 }

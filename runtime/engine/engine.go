@@ -18,6 +18,7 @@ import (
 
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/bridge"
@@ -73,7 +74,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		cfg = profiles.Default()
 	}
 	if cfg.StateDir == "" {
-		cfg.StateDir = profiles.DefaultStateDir(os.Geteuid(), os.Getenv)
+		cfg.StateDir = profiles.DefaultStateDir(rootless.UID(), os.Getenv)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -87,6 +87,10 @@ type Options struct {
 	// ProcDir is the proc filesystem scanned before a dead owner's lease
 	// is taken again ("" means /proc).
 	ProcDir string
+	// Own says the range is the user's own subordinate range, as a
+	// rootless forge's user namespace maps it: the host files are not
+	// checked, since the user is meant to own those ids.
+	Own bool
 }
 
 func (o *Options) setDefaults() error {
@@ -127,6 +131,8 @@ type Allocator struct {
 	proc     string
 	geo      int // shared flock on idmap/geometry.lock while the allocator is open
 
+	shared bool // NewShared: one range for every sandbox, no lease files
+
 	mu     sync.Mutex
 	next   int               // block tried first by the next Allocate
 	held   map[int]*Lease    // blocks this allocator leased
@@ -162,8 +168,10 @@ func New(opts Options) (*Allocator, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	if err := CheckHost(opts.Reserved, opts.EtcDir); err != nil {
-		return nil, err
+	if !opts.Own {
+		if err := CheckHost(opts.Reserved, opts.EtcDir); err != nil {
+			return nil, err
+		}
 	}
 	a := &Allocator{
 		dir:      filepath.Join(opts.StateDir, "idmap"),
@@ -187,6 +195,17 @@ func New(opts Options) (*Allocator, error) {
 	}
 	return a, nil
 }
+
+// NewShared is an allocator that hands the same range r to every sandbox
+// (a rootless forge whose user has no subordinate range maps only the
+// user's own uid: every sandbox gets it). Nothing is leased or checked.
+func NewShared(r Range) *Allocator {
+	return &Allocator{reserved: r, block: r.Size, blocks: 1, shared: true, geo: -1,
+		held: make(map[int]*Lease), busy: make(map[int]time.Time)}
+}
+
+// Shared reports whether every sandbox gets the same range (NewShared).
+func (a *Allocator) Shared() bool { return a.shared }
 
 // prepared is how many lease files New makes sure exist: creating one
 // costs a few hundred microseconds on a busy disk, reusing one a few.
@@ -226,6 +245,9 @@ func (a *Allocator) Allocate() (*Lease, error) {
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, fmt.Errorf("%w: allocator closed", ErrInvalid)
+	}
+	if a.shared {
+		return &Lease{a: a, idx: -1, r: a.reserved, fd: -1}, nil
 	}
 	if n := len(a.free); n > 0 {
 		// A block this allocator released: still locked, known clear.
@@ -368,6 +390,9 @@ func (l *Lease) Release() error {
 // ReleaseIfUnused releases the block if no host process has an id in it
 // (for a sandbox whose processes were never waited for); false keeps it.
 func (l *Lease) ReleaseIfUnused() (bool, error) {
+	if l.a.shared {
+		return true, nil
+	}
 	var scan *procIDs
 	ok, err := l.a.unused(l.r, &scan)
 	if err != nil || !ok {
@@ -431,6 +456,9 @@ type ReclaimReport struct {
 // on its own when it meets them).
 func (a *Allocator) Reclaim() (ReclaimReport, error) {
 	var rep ReclaimReport
+	if a.shared {
+		return rep, nil
+	}
 	ents, err := os.ReadDir(a.dir)
 	if err != nil {
 		return rep, err

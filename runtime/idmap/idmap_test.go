@@ -409,3 +409,25 @@ func BenchmarkAllocateNewBlock(b *testing.B) {
 		}
 	}
 }
+
+// A shared allocator hands every sandbox the same range and keeps no files.
+func TestShared(t *testing.T) {
+	a := idmap.NewShared(idmap.Range{Start: 0, Size: 1})
+	l1, err1 := a.Allocate()
+	l2, err2 := a.Allocate()
+	if err1 != nil || err2 != nil || l1.Range() != l2.Range() || l1.Range() != (idmap.Range{Start: 0, Size: 1}) || !a.Shared() {
+		t.Fatalf("shared leases %v %v: %v %v", l1, l2, err1, err2)
+	}
+	if err := l1.Release(); err != nil {
+		t.Error(err)
+	}
+	if ok, err := l2.ReleaseIfUnused(); !ok || err != nil {
+		t.Errorf("ReleaseIfUnused: %v %v", ok, err)
+	}
+	if rep, err := a.Reclaim(); err != nil || len(rep.Reclaimed)+len(rep.Busy) != 0 {
+		t.Errorf("Reclaim: %+v %v", rep, err)
+	}
+	if err := a.Close(); err != nil {
+		t.Error(err)
+	}
+}

@@ -12,4 +12,6 @@ var (
 	// ErrParentLimits: the parent cgroup's limits (Options.Parent) could
 	// not be written.
 	ErrParentLimits = errors.New("cannot limit the parent cgroup")
+	// ErrNoCgroup: a rootless sandbox without a cgroup has no counters to read.
+	ErrNoCgroup = errors.New("sandbox has no cgroup (rootless mode without a delegated cgroup)")
 )

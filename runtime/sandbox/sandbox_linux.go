@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
@@ -81,6 +82,9 @@ type Runtime struct {
 	ids        *idmap.Allocator // one block of host ids per live sandbox
 	recovered  CleanupReport    // what NewRuntime's Cleanup removed
 	budgets    UserLimits       // each sandbox's per-user kernel limits
+	rootless   bool             // forge runs as an ordinary user (internal/rootless)
+	noCgroups  bool             // rootless without a cgroup of its own: rlimits, no freezer
+	procRoot   string
 	log        *slog.Logger
 }
 
@@ -116,6 +120,26 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		log:        opts.Logger,
 		live:       make(map[string]*Sandbox),
 		pyc:        make(map[string]bool),
+		procRoot:   opts.ProcRoot,
+	}
+	if rootless.Active() {
+		ids, block, err := RootlessIDs(opts.ProcRoot, opts.IDBlockSize, 1000)
+		if err != nil {
+			return nil, err
+		}
+		opts.IDRange, opts.IDBlockSize = ids, block
+		r.rootless, r.noCgroups = true, true
+		if ids.Size == 0 {
+			// No subordinate range: only the user's own uid is mapped
+			// (forge's root); every sandbox runs as it (forge doctor says
+			// what that weakens).
+			r.log.Warn("rootless without a subordinate range: every sandbox runs as your own uid; add a range in /etc/subuid and /etc/subgid (forge doctor)", "uid", rootless.UID())
+			r.ids = idmap.NewShared(idmap.Range{Start: 0, Size: 1})
+		}
+		if opts.Parent != (ParentLimits{}) {
+			r.log.Debug("rootless: no cgroup of forge's own; the parent limits (limits.memory, limits.pids of all sandboxes together) do not hold", "memory", cgroups.FormatMemory(opts.Parent.MemoryBytes), "pids", opts.Parent.Pids)
+			opts.Parent = ParentLimits{}
+		}
 	}
 	if err := r.setLimits(opts); err != nil {
 		return nil, err
@@ -136,7 +160,9 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	r.agentDir = dir
 	r.unified = occgroups.IsCgroup2UnifiedMode()
-	if r.ids, err = idmap.New(idmap.Options{StateDir: opts.StateDir, Reserved: opts.IDRange, BlockSize: opts.IDBlockSize}); err != nil {
+	if r.ids != nil {
+		// shared (rootless, no subordinate range)
+	} else if r.ids, err = idmap.New(idmap.Options{StateDir: opts.StateDir, Reserved: opts.IDRange, BlockSize: opts.IDBlockSize, Own: r.rootless}); err != nil {
 		return nil, fmt.Errorf("sandbox host ids: %w", err)
 	}
 	prepareSlimInit(r.log)
@@ -315,7 +341,7 @@ type Config struct {
 	Egress *Egress
 }
 
-func (c *Config) setDefaults(blockSize uint32) error {
+func (c *Config) setDefaults(blockSize uint32, shared bool) error {
 	if c.TmpSize == 0 {
 		c.TmpSize = DefaultTmpSize
 	}
@@ -325,7 +351,10 @@ func (c *Config) setDefaults(blockSize uint32) error {
 	if c.UID == 0 {
 		c.UID = 1000
 	}
-	if c.UID >= blockSize {
+	if shared {
+		c.UID = 0 // the one id mapped (WithOwnIDMapping): code runs as it, with no capabilities
+	}
+	if c.UID >= blockSize && !shared {
 		return fmt.Errorf("sandbox uid %d outside the mapped block of %d ids: %w", c.UID, blockSize, ErrInvalidConfig)
 	}
 	if c.Seccomp == nil {
@@ -350,19 +379,24 @@ func newID() string {
 
 // spec builds the OCI spec of a sandbox.
 func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (*specs.Spec, error) {
-	opts := []SpecOpt{
+	ident := []SpecOpt{WithIDMapping(ids.Start, ids.Size), WithUser(cfg.UID, cfg.UID)}
+	if r.ids.Shared() {
+		ident = []SpecOpt{WithOwnIDMapping()}
+	}
+	opts := append([]SpecOpt{
 		WithRootfs(cfg.Rootfs),
-		WithHostname("sandbox-" + id[len(id)-6:]),
-		WithIDMapping(ids.Start, ids.Size),
-		WithUser(cfg.UID, cfg.UID),
+		WithHostname("sandbox-" + id[len(id)-6:])},
+		ident...) // before the tmpfs mounts, which the sandbox user owns
+	opts = append(opts,
 		WithArgs(argv...),
 		WithTmpfs("/tmp", cfg.TmpSize),
 		WithTmpfs(WorkspacePath, cfg.WorkspaceSize),
 		WithReadOnlyBind(r.agentDir, AgentMountPoint),
-		WithResources(cfg.Limits.Spec()),
 		WithSeccomp(cfg.Seccomp),
-		WithCgroupsPath(r.cgroupBase + "/" + id),
 		WithUserLimits(r.budgets),
+	)
+	if !r.noCgroups {
+		opts = append(opts, WithResources(cfg.Limits.Spec()), WithCgroupsPath(r.cgroupBase+"/"+id))
 	}
 	if cfg.BridgeDir != "" {
 		opts = append(opts, WithReadOnlyBind(cfg.BridgeDir, BridgeMountPoint))
@@ -418,7 +452,7 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 			onDestroy()
 		}
 	}()
-	if err := cfg.setDefaults(r.ids.BlockSize()); err != nil {
+	if err := cfg.setDefaults(r.ids.BlockSize(), r.ids.Shared()); err != nil {
 		return nil, err
 	}
 	if err := r.ensureAgentDir(); err != nil {
@@ -489,7 +523,7 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 	t0 := time.Now()
 	specconvMu.Lock()
 	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
-		CgroupName: id, Spec: spec, NoNewKeyring: true,
+		CgroupName: id, Spec: spec, NoNewKeyring: true, RootlessCgroups: r.noCgroups,
 	})
 	if err == nil {
 		// The devices point at specconv's package-level defaults, which
@@ -504,6 +538,9 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 		return nil, fmt.Errorf("converting spec of sandbox %s: %w", id, err)
 	}
 	lc.Rlimits = rlimits(spec.Process.Rlimits)
+	if r.noCgroups {
+		lc.Rlimits = append(lc.Rlimits, rlimitsFor(cfg.Limits)...)
+	}
 	tSpec := time.Since(t0)
 	c, err := libcontainer.Create(r.root, id, lc)
 	if err != nil {
@@ -556,7 +593,7 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id), OnBreak: s.onClientBreak})
 	go s.wait() // after the client exists: wait closes it
 	st, err := c.State()
-	if err == nil {
+	if err == nil && !r.noCgroups {
 		s.cgm, err = manager.NewWithPaths(lc.Cgroups, st.CgroupPaths)
 	}
 	if err != nil {
@@ -671,6 +708,11 @@ func (s *Sandbox) HostGID() int { return int(s.lease.Range().Start + s.uid) }
 // in its cgroup, which no process outside can join (the cgroup is host
 // root's, and the sandbox cannot create cgroups).
 func (s *Sandbox) OwnsProcess(pid int) (bool, error) {
+	if s.rt.noCgroups {
+		// No cgroup: its pid namespace, which nothing outside can join
+		// (setns needs a capability in the sandbox's user namespace).
+		return inPidNS(s.rt.procRoot, s.Pid(), pid)
+	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
 		return false, err
@@ -734,6 +776,12 @@ func (s *Sandbox) Pause() error {
 	if s.paused {
 		return nil
 	}
+	if s.rt.noCgroups {
+		// No freezer: an idle agent blocks on its pipe; threads user
+		// code left running carry on (forge doctor says so).
+		s.paused = true
+		return nil
+	}
 	if err := s.freezeLocked(); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", s.id, err)
 	}
@@ -772,6 +820,10 @@ func (s *Sandbox) Resume() error {
 	if !s.paused {
 		return nil
 	}
+	if s.rt.noCgroups {
+		s.paused = false
+		return nil
+	}
 	if err := s.c.Resume(); err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", s.id, err)
 	}
@@ -790,6 +842,13 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 	if l == s.limits {
 		return nil
 	}
+	if s.rt.noCgroups {
+		if err := s.setRlimits(l); err != nil {
+			return fmt.Errorf("setting limits of sandbox %s: %w", s.id, err)
+		}
+		s.limits = l
+		return nil
+	}
 	cfg := s.c.Config()
 	res := *cfg.Cgroups.Resources
 	l.ApplyTo(&res)
@@ -806,6 +865,9 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 
 // Usage reads the sandbox's cgroup counters.
 func (s *Sandbox) Usage() (cgroups.Usage, error) {
+	if s.rt.noCgroups {
+		return cgroups.Usage{}, ErrNoCgroup
+	}
 	return cgroups.ReadUsage(s.cgm)
 }
 
@@ -873,6 +935,9 @@ func (s *Sandbox) DeathReason() string {
 
 // PidsLimitHits is how often the sandbox's cgroup refused a process or thread at pids.max.
 func (s *Sandbox) PidsLimitHits() (uint64, error) {
+	if s.rt.noCgroups {
+		return 0, ErrNoCgroup
+	}
 	return cgroups.ReadPidsLimitHits(s.cgm)
 }
 
@@ -982,6 +1047,9 @@ var _ io.Writer = (*boundedBuffer)(nil)
 
 // MemoryCurrent is the sandbox's current memory charge in bytes.
 func (s *Sandbox) MemoryCurrent() (uint64, error) {
+	if s.rt.noCgroups {
+		return 0, ErrNoCgroup
+	}
 	// Under mu: Destroy removes the cgroup manager's paths while a pool's
 	// Stats may be reading them.
 	s.mu.Lock()
@@ -999,7 +1067,13 @@ func (s *Sandbox) Healthy() error {
 	if !s.Alive() {
 		return errors.New("agent exited")
 	}
-	pids, err := s.c.Processes()
+	var pids []int
+	var err error
+	if s.rt.noCgroups {
+		pids, err = nsProcesses(s.rt.procRoot, s.Pid())
+	} else {
+		pids, err = s.c.Processes()
+	}
 	if err != nil {
 		return fmt.Errorf("listing processes: %w", err)
 	}

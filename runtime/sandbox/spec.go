@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -134,6 +135,23 @@ func WithIDMapping(base, size uint32) SpecOpt {
 		}
 		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: base, Size: size}}
 		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
+		return nil
+	}
+}
+
+// WithOwnIDMapping maps container id 0 to id 0 of forge's own user
+// namespace, which a rootless forge without a subordinate range has (the
+// user's uid on the host, never host root): it refuses outside such a
+// namespace.
+func WithOwnIDMapping() SpecOpt {
+	return func(s *specs.Spec) error {
+		if !rootless.Active() {
+			return fmt.Errorf("id mapping 0+1 outside a rootless forge's namespace would map container root to host root: %w", ErrInvalidConfig)
+		}
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 0, Size: 1}}
+		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
+		// The one id mapped is 0: code runs as it, with no capabilities.
+		s.Process.User = specs.User{UID: 0, GID: 0}
 		return nil
 	}
 }

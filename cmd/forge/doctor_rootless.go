@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/mcp-forge/forge/internal/rootless"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+)
+
+// rootlessIDCheck says where a rootless forge's sandboxes get their ids:
+// blocks of the user's own subordinate range, or, without one, the user's
+// own uid for every sandbox.
+func rootlessIDCheck(cfg *profiles.Config) check {
+	c := check{Name: "sandbox ids (rootless)", Disables: "a uid of each sandbox's own: every sandbox runs as your own uid, so sandbox processes can signal and ptrace each other and your own processes, and files they write in shared places are yours; add a range with usermod --add-subuids 100000-165535 --add-subgids 100000-165535 USER"}
+	r, block, err := sandbox.RootlessIDs("/proc", cfg.Security.UIDMapSize, cfg.Security.SandboxUID)
+	switch {
+	case err != nil:
+		c.Detail = err.Error()
+	case r.Size == 0:
+		c.Detail = "no subordinate range of this user in /etc/subuid and /etc/subgid"
+	default:
+		sub, _ := rootless.Subordinate("/etc", rootless.UID())
+		c.Found = true
+		c.Detail = fmt.Sprintf("your subordinate range %s (/etc/subuid, via newuidmap): %d sandboxes of %d ids", sub, r.Size/block, block)
+	}
+	return c
+}
+
+// rootlessLimitChecks say exactly which sandbox limits hold rootless.
+func rootlessLimitChecks() []check {
+	held := sandbox.HeldRootless()
+	f := func(name, how, disables string) check {
+		return check{Name: "limit " + name + " (rootless)", Found: how != "", Detail: how, Disables: disables}
+	}
+	// Informational: forge does not use a delegated subtree yet.
+	deleg := check{Name: "delegated cgroup v2 (rootless)", Found: true, Detail: "none (this process's cgroup is not writable by it)"}
+	if d := sandbox.DelegatedCgroupV2("/proc", "/sys/fs/cgroup"); d != "" {
+		deleg.Detail = d + " is writable (delegated), but forge does not use it yet: the limits below are rlimits"
+	}
+	return []check{
+		deleg,
+		f("memory", held.Memory, "a memory limit"),
+		f("pids", held.Pids, "a process limit"),
+		f("cpu", held.CPU, "a CPU limit: a sandbox can use every core until its execution's timeout"),
+		f("pause", held.Freeze, "freezing idle sandboxes: threads that code started keep running between calls of a session"),
+		f("parent cgroup", held.Parent, "a cap on all sandboxes together (limits.memory, limits.pids)"),
+	}
+}
