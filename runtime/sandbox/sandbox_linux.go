@@ -305,6 +305,17 @@ type Config struct {
 	// OnDestroy runs exactly once after the sandbox is destroyed, or when
 	// Start fails (releasing the image mount it used, for instance).
 	OnDestroy func()
+	// Binds are extra host paths mounted into the sandbox. Only builds of
+	// custom environments use them (the uv binary read-only, the uv cache
+	// and the target directory read-write); their mount points must exist
+	// in the rootfs.
+	Binds []Bind
+}
+
+// Bind is one host path mounted into a build sandbox.
+type Bind struct {
+	Source, Destination string
+	Writable            bool
 }
 
 func (c *Config) setDefaults(blockSize uint32) error {
@@ -358,6 +369,13 @@ func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (
 	}
 	if cfg.BridgeDir != "" {
 		opts = append(opts, WithReadOnlyBind(cfg.BridgeDir, BridgeMountPoint))
+	}
+	for _, b := range cfg.Binds {
+		if b.Writable {
+			opts = append(opts, WithWritableBind(b.Source, b.Destination))
+		} else {
+			opts = append(opts, WithReadOnlyBind(b.Source, b.Destination))
+		}
 	}
 	return NewSpec(opts...)
 }
