@@ -34,6 +34,9 @@ const (
 	EventBuildRequest      = "build.request"
 	EventBuildComplete     = "build.complete"
 	EventToolCall          = "tool.call"
+	EventEgressAllow       = "egress.allow"   // a connection out of a sandbox, allowed
+	EventEgressDeny        = "egress.deny"    // one refused (policy, address, SNI, limits)
+	EventEgressSummary     = "egress.summary" // counts of a closed egress socket, audited or not
 )
 
 // Severities.
