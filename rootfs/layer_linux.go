@@ -22,6 +22,8 @@ import (
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/storage"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mcp-forge/forge/internal/proc"
 )
 
@@ -33,6 +35,7 @@ type Scratch struct {
 	id      string // the storage container's
 	base    Image
 	path    string   // where the layer is mounted: the image with the layer on top
+	bind    string   // path, a bind of the store's mount under the run dir
 	created []string // mount points Scratch added, removed again before Commit
 	done    bool
 }
@@ -62,9 +65,22 @@ func (s *Store) NewScratch(ctx context.Context, image string) (_ *Scratch, retEr
 			w.Discard()
 		}
 	}()
-	if w.path, err = s.store.Mount(c.ID, ""); err != nil {
+	merged, err := s.store.Mount(c.ID, "")
+	if err != nil {
 		return nil, fmt.Errorf("mounting the writable layer of %s: %w", name, err)
 	}
+	// The store's own mount point is not reachable for the sandbox's root
+	// (its parents are 0700); bind it where the shared roots are.
+	w.bind = filepath.Join(s.runDir, "rootfs", name)
+	if err := os.Mkdir(w.bind, 0o755); err != nil {
+		return nil, err
+	}
+	if err := unix.Mount(merged, w.bind, "", unix.MS_BIND, ""); err != nil {
+		os.Remove(w.bind)
+		w.bind = ""
+		return nil, &os.PathError{Op: "bind " + merged, Path: w.bind, Err: err}
+	}
+	w.path = w.bind
 	if err := w.addMountPoints(); err != nil {
 		return nil, err
 	}
@@ -124,6 +140,24 @@ func (w *Scratch) mkdirAll(dir string, mode os.FileMode) error {
 	return nil
 }
 
+// Touch creates an empty file at path (inside the image) to mount a file
+// on; it is removed again at Commit.
+func (w *Scratch) Touch(path string) error {
+	if err := w.mkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	host, err := securejoin.SecureJoin(w.path, path)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(host, os.O_CREATE|os.O_EXCL|os.O_WRONLY|unix.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	w.created = append(w.created, host)
+	return f.Close()
+}
+
 // Path is the host path of the layer's root (the image with the layer on top).
 func (w *Scratch) Path() string { return w.path }
 
@@ -169,6 +203,9 @@ func (w *Scratch) Commit(ctx context.Context, opts CommitOptions) (_ *Image, ret
 	if err != nil {
 		return nil, err
 	}
+	if err := w.unbind(); err != nil {
+		return nil, err
+	}
 	if _, err := s.store.Unmount(w.id, true); err != nil {
 		return nil, fmt.Errorf("unmounting the writable layer: %w", err)
 	}
@@ -209,7 +246,7 @@ func (w *Scratch) Commit(ctx context.Context, opts CommitOptions) (_ *Image, ret
 			return fmt.Errorf("creating image %s: %w", opts.Name, err)
 		}
 		if lerr == nil && old.ID != img.ID {
-			if err := s.store.RemoveNames(old.ID, []string{opts.Name}); err != nil {
+			if err := s.takeNameLocked(old, opts.Name); err != nil {
 				s.store.DeleteImage(img.ID, true)
 				return err
 			}
@@ -230,6 +267,36 @@ func (w *Scratch) Commit(ctx context.Context, opts CommitOptions) (_ *Image, ret
 	out := s.describe(img)
 	s.log.Debug("scratch layer committed", "image", img.ID, "name", opts.Name, "size", size)
 	return &out, nil
+}
+
+// SetName gives image id the name, taking it from the image that had it.
+func (s *Store) SetName(ctx context.Context, id, name string) error {
+	return s.withStateLock(ctx, func() error {
+		if old, _, err := s.lookup(name); err == nil && old.ID != id {
+			if err := s.takeNameLocked(old, name); err != nil {
+				return err
+			}
+		}
+		return s.store.AddNames(id, []string{name})
+	})
+}
+
+// takeNameLocked removes name from old; an image left without names is
+// deleted unless a sandbox uses it (forge gc removes it later). The state
+// lock must be held.
+func (s *Store) takeNameLocked(old *storage.Image, name string) error {
+	if err := s.store.RemoveNames(old.ID, []string{name}); err != nil {
+		return err
+	}
+	if len(old.Names) == 1 && len(s.usersOf(old.ID)) == 0 {
+		if _, err := s.store.DeleteImage(old.ID, true); err != nil {
+			s.log.Warn("removing an image that lost its last name", "image", old.ID, "err", err)
+		}
+		s.mu.Lock()
+		delete(s.labels, old.ID)
+		s.mu.Unlock()
+	}
+	return nil
 }
 
 // TooLargeError is a layer over CommitOptions.MaxSize.
@@ -342,6 +409,9 @@ func (w *Scratch) Discard() error {
 	}
 	w.done = true
 	s := w.store
+	if err := w.unbind(); err != nil {
+		s.log.Warn("unmounting scratch layer", "path", w.bind, "err", err)
+	}
 	if _, err := s.store.Unmount(w.id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) &&
 		!errors.Is(err, storage.ErrContainerUnknown) {
 		s.log.Warn("unmounting scratch layer", "container", w.id, "err", err)
@@ -349,6 +419,20 @@ func (w *Scratch) Discard() error {
 	if err := s.store.DeleteContainer(w.id); err != nil && !errors.Is(err, storage.ErrContainerUnknown) {
 		return fmt.Errorf("removing scratch container %s: %w", w.id[:12], err)
 	}
+	return nil
+}
+
+// unbind undoes the bind of NewScratch.
+func (w *Scratch) unbind() error {
+	if w.bind == "" {
+		return nil
+	}
+	err := unix.Unmount(w.bind, unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "unmount", Path: w.bind, Err: err}
+	}
+	os.Remove(w.bind)
+	w.bind = ""
 	return nil
 }
 
