@@ -56,7 +56,7 @@ type Options struct {
 	UV string
 	// Proxy is the egress proxy builds reach the index through; nil
 	// means builds have no network (only offline builds work).
-	Proxy *egress.Proxy
+	Proxy  *egress.Proxy
 	Audit  *audit.Logger
 	Logger *slog.Logger
 	// Now is the clock of the rate limit (tests).
