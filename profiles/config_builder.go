@@ -7,6 +7,7 @@ type EnvironmentBuilderConfig struct {
 	BaseImage             string              `yaml:"base_image" doc:"Image a build starts from when the request names none; empty means images.default. Must match images.allowed."`
 	IndexURL              string              `yaml:"index_url" doc:"PEP 503 simple index builds install from. Builds reach it only through forge's egress proxy, which allows the index's host and environment_builder.index_hosts, nothing else."`
 	IndexHosts            []string            `yaml:"index_hosts" doc:"More hosts (or egress rules) the proxy allows during a build, where the index keeps its files (files.pythonhosted.org for PyPI)."`
+	CABundle              string              `yaml:"ca_bundle" doc:"Absolute path of a PEM bundle of CA certificates that builds trust for the index (SSL_CERT_FILE), mounted read-only into builds; for an index behind a TLS-inspecting proxy or with a private CA. Empty: the installer's built-in roots."`
 	Wheelhouse            string              `yaml:"wheelhouse" doc:"Absolute path of a directory of wheels mounted read-only into builds and searched first (--find-links); empty means none."`
 	Offline               bool                `yaml:"offline" doc:"Install only from environment_builder.wheelhouse (--no-index --offline); builds get no network at all."`
 	AllowedPackages       []string            `yaml:"allowed_packages" doc:"Package name patterns (shell wildcards on PEP 503 normalized names) a build may install; \"*\" allows any. Must not be empty when enabled."`

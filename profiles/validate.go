@@ -202,6 +202,9 @@ func (c *Config) validateBuilder(p *problems) {
 	if b.Wheelhouse != "" && !filepath.IsAbs(b.Wheelhouse) {
 		p.add(base+"wheelhouse", "must be an absolute path or empty, got %q", b.Wheelhouse)
 	}
+	if b.CABundle != "" && !filepath.IsAbs(b.CABundle) {
+		p.add(base+"ca_bundle", "must be an absolute path or empty, got %q", b.CABundle)
+	}
 	if b.Offline && b.Wheelhouse == "" {
 		p.add(base+"offline", "needs environment_builder.wheelhouse: offline builds install only from it")
 	}

@@ -481,6 +481,7 @@ const (
 	uvMount      = buildDir + "/uv"
 	cacheMount   = buildDir + "/cache"
 	wheelsMount  = buildDir + "/wheels"
+	caMount      = buildDir + "/ca.pem"
 	outputLimit  = 1 << 20
 	buildTmpSize = 512 << 20
 )
@@ -568,6 +569,12 @@ func (b *Builder) startSandbox(ctx context.Context, p *plan, scratch *rootfs.Scr
 			return nil, "", "", err
 		}
 		binds = append(binds, sandbox.Bind{Source: b.uv, Destination: uvMount})
+	}
+	if b.cfg.CABundle != "" {
+		if err := scratch.Touch(caMount); err != nil {
+			return nil, "", "", err
+		}
+		binds = append(binds, sandbox.Bind{Source: b.cfg.CABundle, Destination: caMount})
 	}
 	if b.cfg.Wheelhouse != "" {
 		if _, err := scratch.MkdirAll(wheelsMount); err != nil {
@@ -693,6 +700,10 @@ type scriptConfig struct {
 func (b *Builder) install(ctx context.Context, p *plan, sb *sandbox.Sandbox) ([]Package, error) {
 	target := p.target
 	sc := scriptConfig{Env: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}}
+	if b.cfg.CABundle != "" {
+		sc.Env["SSL_CERT_FILE"] = caMount
+		sc.Env["PIP_CERT"] = caMount
+	}
 	var index []string
 	switch {
 	case b.cfg.Offline:
