@@ -12,6 +12,9 @@ import (
 // Builder builds and lists custom environments (runtime/build).
 func (e *Engine) Builder() *build.Builder { return e.builder }
 
+// Installer is what builds install with: uv, or pip when uv is missing.
+func (e *Engine) Installer() string { return e.builder.Installer() }
+
 // BuildEnvironment builds p's environment (or finds it in the cache).
 // Errors the caller must fix (names, policy, limits) are *RefusedError.
 func (e *Engine) BuildEnvironment(ctx context.Context, p Principal, req build.Request) (*build.Result, error) {
@@ -78,6 +81,11 @@ func (e *Engine) resolveImage(ctx context.Context, req *Request) error {
 	}
 	if req.Image == "" {
 		return nil
+	}
+	if env := build.ImageName(req.Principal.Tenant, req.Image); build.ValidName(req.Image) != nil || !e.cfg.Images.Allowed(env) {
+		if !e.cfg.Images.Allowed(req.Image) {
+			return nil // validate refuses it, naming images.allowed
+		}
 	}
 	img, err := e.builder.Resolve(ctx, req.Principal.Tenant, req.Image)
 	if err != nil {
