@@ -28,8 +28,8 @@ type ExecuteArgs struct {
 	Backend     string        // "" or one of the Backend constants
 	Timeout     time.Duration // 0 = the configured default
 	Memory      int64         // bytes; 0 = the configured default
-	CustomImage string // an image or an environment name
-	Environment string // a template name (environment_builder.templates)
+	CustomImage string        // an image or an environment name
+	Environment string        // a template name (environment_builder.templates)
 	Env         map[string]string
 	MCPTools    []string
 }
