@@ -239,6 +239,13 @@ type Plan struct {
 // A request can tighten limits, never loosen them. Errors are
 // *RefusedError.
 func (e *Engine) Validate(req Request) (Plan, error) {
+	// An environment's name becomes its image; a template is left for
+	// Execute, which may have to build it.
+	if req.Environment == "" {
+		if err := e.resolveImage(context.Background(), &req); err != nil {
+			return Plan{Image: req.Image}, refuse(err)
+		}
+	}
 	p, err := e.validate(req)
 	return p, refuse(err)
 }
