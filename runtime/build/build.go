@@ -373,6 +373,9 @@ func (b *Builder) admit(principal, image string) (func(), error) {
 	if b.running[image] {
 		return nil, fmt.Errorf("%w: %s is being built right now; retry when that build is done", ErrBusy, image)
 	}
+	if len(b.slots) == cap(b.slots) {
+		return nil, fmt.Errorf("%w: %d builds are running (environment_builder.max_concurrent); retry in a minute", ErrBusy, cap(b.slots))
+	}
 	now := b.opts.Now()
 	if n, period := b.cfg.BuildsPerPeriod, time.Duration(b.cfg.RatePeriod); n > 0 {
 		kept := b.recent[principal][:0]
@@ -386,11 +389,7 @@ func (b *Builder) admit(principal, image string) (func(), error) {
 			return nil, &RateLimitError{Builds: n, Period: period, RetryAfter: kept[0].Add(period).Sub(now)}
 		}
 	}
-	select {
-	case b.slots <- struct{}{}:
-	default:
-		return nil, fmt.Errorf("%w: %d builds are running (environment_builder.max_concurrent); retry in a minute", ErrBusy, cap(b.slots))
-	}
+	b.slots <- struct{}{} // b.mu is held: nobody took the free slot
 	if b.cfg.BuildsPerPeriod > 0 {
 		b.recent[principal] = append(b.recent[principal], now)
 	}

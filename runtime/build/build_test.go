@@ -1,7 +1,9 @@
 package build_test
 
 import (
+	"archive/tar"
 	"archive/zip"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -13,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
@@ -219,5 +222,169 @@ func TestBuildFromPyPI(t *testing.T) {
 		if out.SessionID != nil {
 			eng.DestroySession(ctx, local, *out.SessionID)
 		}
+	}
+}
+
+// makeSlowSdist writes an sdist of slowpkg whose in-tree build backend
+// sleeps for ever when the installer loads it: a build that only a
+// timeout (or a kill) ends.
+func makeSlowSdist(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "slowpkg-1.0.tar.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz := gzip.NewWriter(f)
+	tw := tar.NewWriter(gz)
+	for name, body := range map[string]string{
+		"slowpkg-1.0/PKG-INFO":       "Metadata-Version: 2.1\nName: slowpkg\nVersion: 1.0\n",
+		"slowpkg-1.0/pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = \"backend\"\nbackend-path = [\".\"]\n",
+		"slowpkg-1.0/backend.py":     "import time\ntime.sleep(3600)\n",
+	} {
+		tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(body))
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nothingLeft checks that no build sandbox, scratch container or temp
+// file of the store outlived a build.
+func nothingLeft(t *testing.T, eng *engine.Engine) {
+	t.Helper()
+	if n := eng.Runtime().Live(); n != 0 {
+		t.Errorf("%d sandboxes alive, want 0", n)
+	}
+	if n, err := eng.Store().ScratchCount(); err != nil || n != 0 {
+		t.Errorf("%d scratch containers in the store (%v), want 0", n, err)
+	}
+	tmp := filepath.Join(eng.Config().StateDir, "tmp", fmt.Sprint(os.Getpid()))
+	entries, _ := os.ReadDir(tmp)
+	for _, e := range entries {
+		if e.Name() != "owner" {
+			t.Errorf("left in the store's temp dir: %s", e.Name())
+		}
+	}
+}
+
+func TestPolicyRefusalsStartNothing(t *testing.T) {
+	ctx := context.Background()
+	eng := offlineEngine(t, "x", func(b *profiles.EnvironmentBuilderConfig) {
+		b.AllowedPackages = []string{"forgetestpkg", "requests", "evil-*"}
+		b.BlockedPackages = []string{"evil-*"}
+		b.ApprovalPackages = []string{"requests"}
+		b.MaxPackages = 3
+	})
+	for _, tc := range []struct {
+		name     string
+		req      build.Request
+		sentinel error
+		want     []string
+	}{
+		{"blocked", build.Request{Name: "t-refuse", Packages: []string{"Evil_Thing"}}, build.ErrRefused, []string{"evil-thing", "environment_builder.blocked_packages"}},
+		{"not allowed", build.Request{Name: "t-refuse", Packages: []string{"numpy"}}, build.ErrRefused, []string{"numpy", "environment_builder.allowed_packages"}},
+		{"approval", build.Request{Name: "t-refuse", Packages: []string{"requests"}}, build.ErrRefused, []string{"requests", "environment_builder.approved_packages"}},
+		{"url", build.Request{Name: "t-refuse", Packages: []string{"forgetestpkg @ https://example.com/x.whl"}}, build.ErrRefused, []string{"forgetestpkg", "environment_builder.allow_direct_references"}},
+		{"path", build.Request{Name: "t-refuse", Packages: []string{"./forgetestpkg"}}, build.ErrInvalid, []string{"./forgetestpkg"}},
+		{"option", build.Request{Name: "t-refuse", Packages: []string{"--index-url=http://evil"}}, build.ErrInvalid, []string{"--index-url"}},
+		{"too many", build.Request{Name: "t-refuse", Packages: []string{"a", "b", "c", "d"}}, build.ErrRefused, []string{"4 packages", "environment_builder.max_packages"}},
+		{"malformed", build.Request{Name: "t-refuse", Packages: []string{"forgetestpkg >>= 1"}}, build.ErrInvalid, []string{"forgetestpkg >>= 1"}},
+		{"bad name", build.Request{Name: "no_underscores", Packages: []string{"forgetestpkg"}}, build.ErrInvalid, []string{"no_underscores", "letters, digits and hyphens"}},
+		{"long name", build.Request{Name: strings.Repeat("a", 64), Packages: []string{"forgetestpkg"}}, build.ErrInvalid, []string{"at most 63"}},
+		{"unknown template", build.Request{Name: "t-refuse", Template: "nope"}, build.ErrInvalid, []string{"nope", "environment_builder.templates"}},
+		{"base not allowed", build.Request{Name: "t-refuse", Packages: []string{"forgetestpkg"}, BaseImage: "docker.io/library/python:3"}, build.ErrInvalid, []string{"images.allowed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := eng.BuildEnvironment(ctx, local, tc.req)
+			if !errors.Is(err, tc.sentinel) {
+				t.Fatalf("got %v, want %v", err, tc.sentinel)
+			}
+			if !errors.As(err, new(*engine.RefusedError)) {
+				t.Errorf("got %T, want an *engine.RefusedError (a tool error, exit 2)", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			nothingLeft(t, eng)
+		})
+	}
+	if _, err := eng.Environment(ctx, local, "t-refuse"); !errors.Is(err, build.ErrNotFound) {
+		t.Errorf("after refusals: %v, want no environment", err)
+	}
+}
+
+func TestBuildTimeoutLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	eng := offlineEngine(t, "x", func(b *profiles.EnvironmentBuilderConfig) {
+		b.BuildTimeout = profiles.Duration(3 * time.Second)
+		makeSlowSdist(t, b.Wheelhouse)
+	})
+	name := uniqueName("t-slow")
+	_, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"slowpkg"}})
+	if !errors.Is(err, build.ErrTimeout) || !strings.Contains(err.Error(), "environment_builder.build_timeout") {
+		t.Fatalf("got %v, want a timeout naming environment_builder.build_timeout", err)
+	}
+	nothingLeft(t, eng)
+	if _, err := eng.Store().Lookup(ctx, build.ImageName("local", name)); err == nil {
+		t.Errorf("the timed-out build left an image")
+	}
+}
+
+func TestBuildLimits(t *testing.T) {
+	ctx := context.Background()
+	eng := offlineEngine(t, uniqueName("v"), func(b *profiles.EnvironmentBuilderConfig) {
+		b.BuildsPerPeriod, b.RatePeriod, b.MaxConcurrent = 2, profiles.Duration(time.Hour), 1
+		b.BuildTimeout = profiles.Duration(20 * time.Second)
+		makeSlowSdist(t, b.Wheelhouse)
+	})
+	first := uniqueName("t-limit")
+	removeEnv(t, eng, first)
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: first, Packages: []string{"forgetestpkg"}}); err != nil {
+		t.Fatal(err)
+	}
+	// A cache hit does not count.
+	if res, err := eng.BuildEnvironment(ctx, local, build.Request{Name: first, Packages: []string{"forgetestpkg"}}); err != nil || !res.Cached {
+		t.Fatalf("cache hit: %v, %v", res, err)
+	}
+	// The second build hangs; a third one meanwhile is over max_concurrent.
+	slowCtx, cancel := context.WithCancel(ctx)
+	slow := make(chan error, 1)
+	go func() {
+		_, err := eng.BuildEnvironment(slowCtx, local, build.Request{Name: uniqueName("t-slow"), Packages: []string{"slowpkg"}})
+		slow <- err
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for eng.Runtime().Live() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // polling for the build sandbox, with a deadline
+	}
+	_, err := eng.BuildEnvironment(ctx, local, build.Request{Name: uniqueName("t-third"), Packages: []string{"forgetestpkg==1.0"}})
+	if !errors.Is(err, build.ErrBusy) || !strings.Contains(err.Error(), "environment_builder.max_concurrent") {
+		t.Errorf("concurrent build: got %v, want ErrBusy naming environment_builder.max_concurrent", err)
+	}
+	cancel()
+	if err := <-slow; err == nil {
+		t.Errorf("cancelled build succeeded")
+	}
+	nothingLeft(t, eng)
+	// Two builds started this hour: the next one is rate limited.
+	_, err = eng.BuildEnvironment(ctx, local, build.Request{Name: uniqueName("t-third"), Packages: []string{"forgetestpkg==1.0"}})
+	var rl *build.RateLimitError
+	if !errors.As(err, &rl) || rl.RetryAfter <= 0 || rl.RetryAfter > time.Hour {
+		t.Fatalf("got %v, want a rate limit with a retry time within the hour", err)
+	}
+	if !strings.Contains(err.Error(), "retry in") || !strings.Contains(err.Error(), "environment_builder.builds_per_period") {
+		t.Errorf("rate limit error %q should say when to retry and name the setting", err)
+	}
+	// Another principal has its own budget.
+	other := engine.Principal{Tenant: "listener:test"}
+	if _, err := eng.BuildEnvironment(ctx, other, build.Request{Name: uniqueName("t-other"), Packages: []string{"forgetestpkg"}}); err != nil {
+		t.Errorf("another principal: %v", err)
 	}
 }
