@@ -704,21 +704,24 @@ func (b *Builder) install(ctx context.Context, p *plan, sb *sandbox.Sandbox) ([]
 		sc.Env["PIP_CERT"] = caMount
 	}
 	var index []string
+	if b.cfg.Wheelhouse != "" {
+		// uv keys a local wheel's cache entry by its path, which is the
+		// same in every build (the mount point): revalidate, or a wheel
+		// of an earlier wheelhouse comes back.
+		index = append(index, "--refresh")
+	}
 	switch {
 	case b.cfg.Offline:
-		index = []string{"--no-index", "--find-links", wheelsMount}
+		index = append(index, "--no-index", "--find-links", wheelsMount)
 	case b.cfg.Wheelhouse != "":
-		index = []string{"--index-url", b.cfg.IndexURL, "--find-links", wheelsMount}
+		index = append(index, "--index-url", b.cfg.IndexURL, "--find-links", wheelsMount)
 	default:
-		index = []string{"--index-url", b.cfg.IndexURL}
+		index = append(index, "--index-url", b.cfg.IndexURL)
 	}
 	if b.uv != "" {
 		for k, v := range map[string]string{"UV_CACHE_DIR": cacheMount, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never",
 			"UV_LINK_MODE": "copy", "UV_NO_PROGRESS": "1", "NO_COLOR": "1"} {
 			sc.Env[k] = v
-		}
-		if b.cfg.Offline {
-			sc.Env["UV_OFFLINE"] = "1"
 		}
 		sc.Install = append([]string{uvMount, "pip", "install", "--python", "/usr/bin/python3", "--target", target,
 			"--compile-bytecode"}, index...)

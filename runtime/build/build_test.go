@@ -11,14 +11,18 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/engine"
 )
@@ -95,10 +99,22 @@ func hostCABundle() string {
 	return ""
 }
 
+// removeEnv removes the environment when the test ends, once the
+// sandboxes of its runs (destroyed in the background) let go of it.
 func removeEnv(t *testing.T, eng *engine.Engine, name string) {
 	t.Cleanup(func() {
-		if err := eng.RemoveEnvironment(context.Background(), local, name); err != nil && !errors.Is(err, build.ErrNotFound) {
-			t.Errorf("removing environment %s: %v", name, err)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := eng.RemoveEnvironment(context.Background(), local, name)
+			switch {
+			case err == nil, errors.Is(err, build.ErrNotFound):
+				return
+			case errors.Is(err, build.ErrInUse) && time.Now().Before(deadline):
+				time.Sleep(20 * time.Millisecond) // polling for the background destroys, with a deadline
+			default:
+				t.Errorf("removing environment %s: %v", name, err)
+				return
+			}
 		}
 	})
 }
@@ -386,5 +402,164 @@ func TestBuildLimits(t *testing.T) {
 	other := engine.Principal{Tenant: "listener:test"}
 	if _, err := eng.BuildEnvironment(ctx, other, build.Request{Name: uniqueName("t-other"), Packages: []string{"forgetestpkg"}}); err != nil {
 		t.Errorf("another principal: %v", err)
+	}
+}
+
+// TestBuildFromLoopbackIndex serves a PEP 503 index on the host's loopback
+// and builds from it: the build sandbox has no network of its own, so the
+// only way there is forge's egress proxy, allowed exactly that address.
+func TestBuildFromLoopbackIndex(t *testing.T) {
+	ctx := context.Background()
+	value := uniqueName("v")
+	wheels := t.TempDir()
+	makeWheel(t, wheels, "forgetestpkg", "1.0", value)
+	whl := "forgetestpkg-1.0-py3-none-any.whl"
+	data, err := os.ReadFile(filepath.Join(wheels, whl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	var hits atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/simple/forgetestpkg/", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprintf(w, `<!DOCTYPE html><html><body><a href="/files/%s#sha256=%s">%s</a></body></html>`, whl, hex.EncodeToString(sum[:]), whl)
+	})
+	mux.HandleFunc("/files/"+whl, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Write(data)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.AllowedPackages = true, []string{"*"}
+		b.IndexURL, b.IndexHosts = "http://"+ln.Addr().String()+"/simple", nil
+	})
+	name := uniqueName("t-index")
+	removeEnv(t, eng, name)
+	res, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"forgetestpkg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hits.Load() < 2 {
+		t.Errorf("the index saw %d requests, want the page and the wheel", hits.Load())
+	}
+	out, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "import forgetestpkg\nprint(forgetestpkg.VALUE)", Image: res.Name})
+	if err != nil || strings.TrimSpace(out.Stdout) != value {
+		t.Errorf("got %+v, %v, want %q", out, err, value)
+	}
+}
+
+// TestSessionRestoresIntoEnvironment hibernates a session that runs in an
+// environment (the engine closes) and restores it in a new engine: the
+// session comes back in the same environment, its variables with it.
+func TestSessionRestoresIntoEnvironment(t *testing.T) {
+	ctx := context.Background()
+	value := uniqueName("v")
+	wheels := t.TempDir()
+	makeWheel(t, wheels, "forgetestpkg", "1.0", value)
+	cfg := func(c *profiles.Config) {
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"*"}
+		c.Sessions.Persist = true
+	}
+	eng := testenv.Engine(t, false, cfg)
+	name := uniqueName("t-sess")
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"forgetestpkg"}}); err != nil {
+		t.Fatal(err)
+	}
+	sid := uniqueName("s")
+	out, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "import forgetestpkg\nv = forgetestpkg.VALUE", Image: name, SessionID: sid})
+	if err != nil || !out.Success {
+		t.Fatalf("%+v, %v", out, err)
+	}
+	if err := eng.RemoveEnvironment(ctx, local, name); !errors.Is(err, build.ErrInUse) {
+		t.Errorf("removing an environment a session runs in: %v, want ErrInUse", err)
+	}
+	if err := eng.Close(5 * time.Second); err != nil {
+		t.Fatalf("Close (hibernates): %v", err)
+	}
+	eng2 := testenv.Engine(t, false, cfg)
+	removeEnv(t, eng2, name)
+	t.Cleanup(func() { eng2.DestroySession(ctx, local, sid) })
+	out, err = eng2.Execute(ctx, engine.Request{Principal: local, Code: "import forgetestpkg\n(v, forgetestpkg.__file__)", SessionID: sid})
+	if err != nil || !out.Success {
+		t.Fatalf("after restore: %+v, %v", out, err)
+	}
+	if got := fmt.Sprint(out.Result); !strings.Contains(got, value) || !strings.Contains(got, "dist-packages") {
+		t.Errorf("after restore: result %v, want the variable and the environment's package", got)
+	}
+}
+
+// TestTemplateOnFirstUse runs code with environment = a template that was
+// never built: the first call builds it (with progress), later calls and
+// other principals' find their own.
+func TestTemplateOnFirstUse(t *testing.T) {
+	ctx := context.Background()
+	value := uniqueName("v")
+	tpl := uniqueName("tpl")
+	eng := offlineEngine(t, value, func(b *profiles.EnvironmentBuilderConfig) {
+		b.Templates = map[string]profiles.Template{tpl: {Packages: []string{"forgetestpkg"}}}
+	})
+	removeEnv(t, eng, tpl)
+	var steps []string
+	req := engine.Request{Principal: local, Code: "import forgetestpkg\nprint(forgetestpkg.VALUE)", Environment: tpl,
+		Progress: func(_, _ int, msg string) { steps = append(steps, msg) }}
+	out, err := eng.Execute(ctx, req)
+	if err != nil || strings.TrimSpace(out.Stdout) != value {
+		t.Fatalf("first use: %+v, %v", out, err)
+	}
+	if len(steps) < 3 {
+		t.Errorf("first use reported progress %q, want the build's steps", steps)
+	}
+	steps = nil
+	if out, err = eng.Execute(ctx, req); err != nil || strings.TrimSpace(out.Stdout) != value {
+		t.Fatalf("second use: %+v, %v", out, err)
+	}
+	if len(steps) != 1 || !strings.Contains(steps[0], "cache hit") {
+		t.Errorf("second use progress %q, want one cache hit", steps)
+	}
+	if _, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "1", Environment: "no-such-template"}); !errors.Is(err, engine.ErrInvalidRequest) ||
+		!strings.Contains(err.Error(), "environment_builder.templates") {
+		t.Errorf("unknown template: %v", err)
+	}
+	if _, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "1", Environment: tpl, Image: testenv.BaseImage}); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Errorf("template and image both: %v", err)
+	}
+}
+
+// TestEnvironmentsArePrivate: another principal neither sees nor runs in
+// nor removes one principal's environment, by name or by image.
+func TestEnvironmentsArePrivate(t *testing.T) {
+	ctx := context.Background()
+	eng := offlineEngine(t, "x", nil)
+	name := uniqueName("t-mine")
+	removeEnv(t, eng, name)
+	res, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"forgetestpkg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := engine.Principal{Tenant: "listener:other"}
+	list, err := eng.ListEnvironments(ctx, other)
+	if err != nil || len(list) != 0 {
+		t.Errorf("other's list: %v, %v", list, err)
+	}
+	for _, image := range []string{name, res.Image} {
+		_, err := eng.Execute(ctx, engine.Request{Principal: other, Code: "1", Image: image})
+		if !errors.Is(err, rootfs.ErrImageNotFound) {
+			t.Errorf("other runs in %s: %v, want image not found", image, err)
+		}
+	}
+	if err := eng.RemoveEnvironment(ctx, other, name); !errors.Is(err, build.ErrNotFound) {
+		t.Errorf("other removes it: %v", err)
+	}
+	if _, err := eng.BuildEnvironment(ctx, other, build.Request{Name: "t-x", Packages: []string{"forgetestpkg"}, BaseImage: res.Image}); !errors.Is(err, rootfs.ErrImageNotFound) {
+		t.Errorf("other builds on it: %v", err)
 	}
 }
