@@ -61,3 +61,16 @@ os.chmod(tmp, 0o755)
 os.replace(tmp, dest)
 PY
 fi
+
+# pip-audit, the vulnerability scanner of custom-environment builds
+# (runtime/build/scan), in a venv of forge's cache dir; its tests use it
+# there. forge itself finds any pip-audit on PATH.
+pip_audit_version=2.10.1
+cache=${FORGE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/forge}
+pa=$cache/tools/pip-audit
+if ! "$pa/bin/pip-audit" --version 2>/dev/null | grep -qx "pip-audit $pip_audit_version"; then
+	echo "install-deps: installing pip-audit $pip_audit_version into $pa" >&2
+	rm -rf "$pa"
+	python3 -m venv "$pa"
+	"$pa/bin/python" -m pip install --quiet --disable-pip-version-check "pip-audit==$pip_audit_version"
+fi
