@@ -213,10 +213,11 @@ func (c *Config) validateBuilder(p *problems) {
 			p.add(base+"index_url", "must be an http(s) URL of a PEP 503 simple index, got %q", b.IndexURL)
 		}
 	}
-	switch b.Scanner {
-	case "auto", "none", "pip-audit", "trivy", "grype":
+	switch sc := b.Scanner; {
+	case slices.Contains([]string{"auto", "none", "pip-audit", "trivy", "grype"}, sc):
+	case filepath.IsAbs(sc) && slices.Contains([]string{"pip-audit", "trivy", "grype"}, filepath.Base(sc)):
 	default:
-		p.add(base+"scanner", "must be auto, none, pip-audit, trivy or grype, got %q", b.Scanner)
+		p.add(base+"scanner", "must be auto, none, pip-audit, trivy, grype or the absolute path of one of them, got %q", sc)
 	}
 	if b.BaseImage != "" && !c.Images.Allowed(b.BaseImage) {
 		p.add(base+"base_image", "%q does not match images.allowed", b.BaseImage)

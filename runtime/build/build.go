@@ -517,7 +517,7 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 		return nil, fmt.Errorf("handing the installed files to root: %w", err)
 	}
 	p.req.progress(3, "scanning")
-	scan, err := b.scan(ctx, target)
+	scan, err := b.scan(ctx, installed, target)
 	if err != nil {
 		return nil, err
 	}
