@@ -576,6 +576,9 @@ func (b *Builder) startSandbox(ctx context.Context, p *plan, scratch *rootfs.Scr
 		binds = append(binds, sandbox.Bind{Source: b.cfg.CABundle, Destination: caMount})
 	}
 	if b.cfg.Wheelhouse != "" {
+		if err := readableByOthers(b.cfg.Wheelhouse); err != nil {
+			return nil, "", "", fmt.Errorf("%w: environment_builder.wheelhouse: %w", ErrInvalid, err)
+		}
 		if _, err := scratch.MkdirAll(wheelsMount); err != nil {
 			return nil, "", "", err
 		}
@@ -652,6 +655,19 @@ func (b *Builder) indexHosts() []string {
 		hosts = append(hosts, h)
 	}
 	return append(hosts, b.cfg.IndexHosts...)
+}
+
+// readableByOthers checks that the build sandbox's unprivileged user can
+// list dir (o+rx); it sees only that directory, not its parents.
+func readableByOthers(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() || fi.Mode().Perm()&0o005 != 0o005 {
+		return fmt.Errorf("%s (mode %v) must be a directory that others can read and list (chmod o+rx %s): builds read it as an unprivileged user", dir, fi.Mode().Perm(), dir)
+	}
+	return nil
 }
 
 // chownTree gives every file under root to uid:gid, not following

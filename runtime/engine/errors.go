@@ -67,7 +67,7 @@ var refusals = []struct {
 	{build.ErrRefused, RefusedInvalid},
 	{build.ErrDisabled, RefusedInvalid},
 	{build.ErrTooLarge, RefusedInvalid},
-	{build.ErrScan, RefusedInvalid}, // critical vulnerabilities in what was asked for
+	{build.ErrScan, RefusedInvalid},         // critical vulnerabilities in what was asked for
 	{build.ErrUnresolvable, RefusedInvalid}, // a package the index does not have
 	{build.ErrNotFound, RefusedNotFound},
 	{build.ErrRateLimited, RefusedLimit},
