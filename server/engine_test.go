@@ -403,6 +403,11 @@ func TestBuildToolReal(t *testing.T) {
 	if err != nil || run.IsError || structured(t, run)["result"] != realWheelValue {
 		t.Errorf("run in the environment: %v %q", err, text(run))
 	}
+	// Code mode in the environment: a downstream tool and the package together.
+	run, err = call(t, c, map[string]any{"code": "import forgetestpkg\n[add(a=40, b=2)['sum'], forgetestpkg.VALUE]", "custom_image": name, "mcp_tools": []string{"add"}})
+	if err != nil || run.IsError || fmt.Sprint(structured(t, run)["result"]) != fmt.Sprint([]any{float64(42), realWheelValue}) {
+		t.Errorf("code mode in the environment: %v %q", err, text(run))
+	}
 	rr := mcp.ReadResourceRequest{}
 	rr.Params.URI = uriEnvironments
 	list, err := c.ReadResource(t.Context(), rr)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/build"
@@ -367,8 +368,12 @@ func TestBuildLimits(t *testing.T) {
 	}
 	// Another principal has its own budget.
 	other := engine.Principal{Tenant: "listener:test"}
-	if _, err := eng.BuildEnvironment(ctx, other, build.Request{Name: uniqueName("t-other"), Packages: []string{"forgetestpkg"}}); err != nil {
+	otherName := uniqueName("t-other")
+	if _, err := eng.BuildEnvironment(ctx, other, build.Request{Name: otherName, Packages: []string{"forgetestpkg"}}); err != nil {
 		t.Errorf("another principal: %v", err)
+	}
+	if err := eng.RemoveEnvironment(ctx, other, otherName); err != nil {
+		t.Errorf("removing the other principal's environment: %v", err)
 	}
 }
 
@@ -528,5 +533,69 @@ func TestEnvironmentsArePrivate(t *testing.T) {
 	}
 	if _, err := eng.BuildEnvironment(ctx, other, build.Request{Name: "t-x", Packages: []string{"forgetestpkg"}, BaseImage: res.Image}); !errors.Is(err, rootfs.ErrImageNotFound) {
 		t.Errorf("other builds on it: %v", err)
+	}
+}
+
+// TestBuildOnTrixie builds on the second base image, Debian 13's Python:
+// the package lands where that Python imports from.
+func TestBuildOnTrixie(t *testing.T) {
+	ctx := context.Background()
+	value := uniqueName("v")
+	eng := offlineEngine(t, value, nil)
+	const trixie = "forge/python:3.13"
+	_, err := eng.Store().Lookup(ctx, trixie)
+	testutil.Require(t, err == nil, trixie+" is not imported (make test-images)")
+	name := uniqueName("t-trixie")
+	removeEnv(t, eng, name)
+	res, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"forgetestpkg"}, BaseImage: trixie})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Python != "3.13" || res.BaseImage != trixie {
+		t.Errorf("python %q base %q, want 3.13 on %s", res.Python, res.BaseImage, trixie)
+	}
+	out, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "import forgetestpkg, sys\nprint(forgetestpkg.VALUE, sys.version_info[:2])", Image: name})
+	if err != nil || strings.TrimSpace(out.Stdout) != value+" (3, 13)" {
+		t.Errorf("got %+v, %v", out, err)
+	}
+}
+
+// TestEnvironmentPoolShrinks: an environment gets a warm pool when used,
+// and the pool goes away once idle (the base image's pool stays).
+func TestEnvironmentPoolShrinks(t *testing.T) {
+	ctx := context.Background()
+	wheels := t.TempDir()
+	makeWheel(t, wheels, "forgetestpkg", "1.0", "x")
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"*"}
+		c.Pool.Enabled, c.Pool.Size, c.Pool.MaxIdleAge = true, 1, profiles.Duration(2*time.Second)
+	})
+	name := uniqueName("t-pool")
+	removeEnv(t, eng, name)
+	res, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"forgetestpkg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hasPool := func() bool {
+		for _, st := range eng.PoolStats() {
+			if st.Name == res.Image {
+				return true
+			}
+		}
+		return false
+	}
+	if out, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "import forgetestpkg", Image: name}); err != nil || !out.Success {
+		t.Fatalf("%+v %v", out, err)
+	}
+	if !hasPool() {
+		t.Fatalf("no warm pool for %s after a run in it: %+v", res.Image, eng.PoolStats())
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for hasPool() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // polling for the idle pool to go, with a deadline
+	}
+	if hasPool() {
+		t.Errorf("the pool of %s is still there after %s idle", res.Image, 2*time.Second)
 	}
 }
