@@ -498,7 +498,11 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	if err != nil {
 		return nil, err
 	}
-	defer scratch.Discard()
+	defer func() {
+		if err := scratch.Discard(); err != nil {
+			b.log.Warn("removing a build's scratch layer", "image", p.image, "err", err)
+		}
+	}()
 	sb, target, _, err := b.startSandbox(ctx, p, scratch)
 	if err != nil {
 		return nil, b.timedOut(ctx, timeout, err)

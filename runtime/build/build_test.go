@@ -569,7 +569,7 @@ func TestEnvironmentPoolShrinks(t *testing.T) {
 	eng := testenv.Engine(t, false, func(c *profiles.Config) {
 		b := &c.EnvironmentBuilder
 		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"*"}
-		c.Pool.Enabled, c.Pool.Size, c.Pool.MaxIdleAge = true, 1, profiles.Duration(2*time.Second)
+		c.Pool.Enabled, c.Pool.Size, c.Pool.MaxIdleAge = true, 1, profiles.Duration(3*time.Second)
 	})
 	name := uniqueName("t-pool")
 	removeEnv(t, eng, name)
@@ -596,6 +596,6 @@ func TestEnvironmentPoolShrinks(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // polling for the idle pool to go, with a deadline
 	}
 	if hasPool() {
-		t.Errorf("the pool of %s is still there after %s idle", res.Image, 2*time.Second)
+		t.Errorf("the pool of %s is still there after %s idle", res.Image, 3*time.Second)
 	}
 }

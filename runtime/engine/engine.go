@@ -374,6 +374,11 @@ func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, erro
 func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandbox, error) {
 	if p := e.poolFor(image); p != nil {
 		sb, _, err := p.Acquire(ctx)
+		e.mu.Lock()
+		if e.poolUsed != nil {
+			e.poolUsed[image] = time.Now() // idle from here: a cold acquire can take a while
+		}
+		e.mu.Unlock()
 		return sb, err
 	}
 	return e.startSandbox(ctx, image)
