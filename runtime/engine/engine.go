@@ -226,6 +226,8 @@ type Request struct {
 	Environment string
 	// Progress hears the steps of a build on first use of a template.
 	Progress func(step, total int, message string)
+	// Env are environment variables for the code (os.environ).
+	Env map[string]string
 }
 
 // Plan is a validated request: the limits in force and the image.
@@ -280,6 +282,9 @@ func (e *Engine) validate(req Request) (Plan, error) {
 			return p, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
 		p.Limits = lim
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return p, err
 	}
 	if len(req.MCPTools) > 0 {
 		if e.bridge == nil {
@@ -350,6 +355,9 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 			return nil, err
 		}
 		defer g.Close()
+	}
+	if err := setEnv(ctx, sb, req.Env); err != nil {
+		return nil, err
 	}
 	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit)})
 }

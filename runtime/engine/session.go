@@ -78,6 +78,9 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 				return err
 			}
 		}
+		if err := setEnv(ctx, sb, req.Env); err != nil {
+			return err
+		}
 		var err error
 		res, err = sb.Exec(ctx, req.Code, sandbox.ExecOptions{
 			Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit),
