@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
@@ -597,5 +599,54 @@ func TestEnvironmentPoolShrinks(t *testing.T) {
 	}
 	if hasPool() {
 		t.Errorf("the pool of %s is still there after %s idle", res.Image, 3*time.Second)
+	}
+}
+
+// TestBuildAudit: build.request, build.refused, build.complete and
+// build.failed reach the audit log, with the principal.
+func TestBuildAudit(t *testing.T) {
+	ctx := context.Background()
+	logPath := filepath.Join(t.TempDir(), "audit.log")
+	lg, err := audit.Open(logPath, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	wheels := t.TempDir()
+	makeWheel(t, wheels, "forgetestpkg", "1.0", "x")
+	eng := testenv.EngineWith(t, false, func(c *profiles.Config) {
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"forgetestpkg", "nothere"}
+	}, engine.Options{Audit: lg})
+	name := uniqueName("t-audit")
+	removeEnv(t, eng, name)
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"forgetestpkg"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"numpy"}}); !errors.Is(err, build.ErrRefused) {
+		t.Fatalf("refusal: %v", err)
+	}
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"nothere"}}); !errors.Is(err, build.ErrInstall) {
+		t.Fatalf("failure: %v", err)
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var ev audit.Event
+		if json.Unmarshal([]byte(line), &ev) == nil && strings.HasPrefix(ev.Event, "build.") {
+			if ev.Principal != "local" {
+				t.Errorf("%s names principal %q, want local", ev.Event, ev.Principal)
+			}
+			counts[ev.Event]++
+		}
+	}
+	want := map[string]int{audit.EventBuildRequest: 3, audit.EventBuildComplete: 1, audit.EventBuildRefused: 1, audit.EventBuildFailed: 1}
+	for ev, n := range want {
+		if counts[ev] != n {
+			t.Errorf("%d %s events, want %d (all: %v)", counts[ev], ev, n, counts)
+		}
 	}
 }
