@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -39,7 +41,7 @@ func executeTool(cfg *profiles.Config) mcp.Tool {
 		DestructiveHint: &f,
 		// Code may be random, time-dependent or stateful.
 		IdempotentHint: &f,
-		OpenWorldHint: &open,
+		OpenWorldHint:  &open,
 	}
 	return t
 }
@@ -60,6 +62,19 @@ func toolDescription(cfg *profiles.Config) string {
 	return b.String()
 }
 
+func environmentDescription(cfg *profiles.Config) string {
+	b := cfg.EnvironmentBuilder
+	names := slices.Sorted(maps.Keys(b.Templates))
+	if len(names) == 0 {
+		return "Name of a template environment; none is configured."
+	}
+	d := fmt.Sprintf("Name of a template environment to run in (%s): its packages are installed into a custom environment", strings.Join(names, ", "))
+	if b.Enabled {
+		return d + ", built on first use (that call takes longer and reports progress), reused afterwards. Give custom_image or environment, not both."
+	}
+	return d + " built beforehand with `forge env build`. Give custom_image or environment, not both."
+}
+
 func inputSchema(cfg *profiles.Config) json.RawMessage {
 	x := cfg.Execution
 	str := func(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
@@ -75,10 +90,11 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 			"timeout": map[string]any{"type": "number", "exclusiveMinimum": 0,
 				"description": fmt.Sprintf("Wall-clock limit in seconds (default %g, at most %g).", x.DefaultTimeout.Seconds(), x.MaxTimeout.Seconds())},
 			"memory": str(fmt.Sprintf("Memory limit such as \"256m\" or \"1g\" (default %s, at most %s).", x.DefaultMemory, x.MaxMemory)),
-			"custom_image": str(fmt.Sprintf("Image to run in (default %q; allowed: %s). See forge://environments/list.",
+			"custom_image": str(fmt.Sprintf("Image or custom environment (from build_custom_environment) to run in (default %q; allowed images: %s). See forge://environments/list.",
 				cfg.Images.Default, strings.Join(cfg.Images.AllowedPatterns, ", "))),
-			"environment": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
-				"description": "Environment variables for the code. Not available in this build yet."},
+			"environment": str(environmentDescription(cfg)),
+			"env": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
+				"description": "Environment variables for the code (os.environ, inherited by its child processes): at most 64, names of letters, digits and _, values up to 4096 bytes. In a session they stay set."},
 			"mcp_tools": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
 				"description": "Names of tools (from forge://tools/available) to make callable inside the sandbox as Python functions and in the module mcp_tools (code mode). Their credentials stay on the host."},
 			"egress": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
@@ -105,9 +121,6 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		return nil, err
 	}
 	args := d.execute
-	if err := unsupported(args); err != nil {
-		return mcp.NewToolResultError(err.Error()), nil
-	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
 	report, stopProgress := s.progress(ctx, req)
@@ -115,7 +128,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		Principal: s.principal(ctx), Client: clientName(ctx),
 		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
 		SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter, MCPTools: args.MCPTools,
-		Egress: args.Egress, Progress: report,
+		Egress: args.Egress, Progress: report, Environment: args.Environment, Env: args.Env,
 	})
 	stopProgress()
 	if s.cancelledByClient(ctx, args.SessionID) {
@@ -125,14 +138,6 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		return s.executeError(err), nil
 	}
 	return s.render(ctx, res), nil
-}
-
-// unsupported refuses the parts of the tool interface this build lacks.
-func unsupported(a ExecuteArgs) error {
-	if len(a.Environment) > 0 {
-		return fmt.Errorf("environment: setting environment variables is not available yet in this build (%w); set them inside the code with os.environ", ErrNotAvailable)
-	}
-	return nil
 }
 
 // executeError turns an engine error into a tool error for the model: a

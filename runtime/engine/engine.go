@@ -22,6 +22,7 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/bridge"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
@@ -46,8 +47,9 @@ type Engine struct {
 	log      *slog.Logger
 	audit    *audit.Logger
 	bridge   *bridge.Bridge // nil without mcp_tools
-	proxy    *egress.Proxy  // the one egress proxy of this process
+	proxy    *egress.Proxy  // the one egress proxy of this process (runs and builds)
 	egress   egress.Policy  // the default profile's (execution.egress)
+	builder  *build.Builder
 	store    *rootfs.Store
 	rt       *sandbox.Runtime
 	sessions *session.Manager
@@ -61,6 +63,7 @@ type Engine struct {
 	mu       sync.Mutex
 	closed   bool
 	pools    map[string]*pool.Pool // by image
+	poolUsed map[string]time.Time  // by image: last Acquire (environments' pools shrink to zero when idle)
 	inflight atomic.Int64          // executions in flight
 	bg       sync.WaitGroup        // background destroys
 	grants   sessionGrants
@@ -121,6 +124,12 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	}()
 	removeDeadBridgeDirs(cfg.StateDir, opts.Logger)
 	e.proxy = egress.New(egress.Options{Logger: opts.Logger, Audit: opts.Audit})
+	e.builder, err = build.New(build.Options{Store: e.store, Runtime: e.rt, Config: cfg, Seccomp: e.seccomp,
+		Proxy: e.proxy, Audit: opts.Audit, Logger: opts.Logger})
+	if err != nil {
+		e.proxy.Close()
+		return nil, fmt.Errorf("%w: environment_builder: %w", ErrInvalidRequest, err)
+	}
 	if len(cfg.MCPTools) > 0 {
 		servers := bridge.ServersFromConfig(cfg.MCPTools)
 		e.sandboxServers(servers, cfg.MCPTools)
@@ -228,6 +237,12 @@ type Request struct {
 	// Progress, if set, receives reports while the request runs (see
 	// Progress); it is called from forge's goroutines and must not block.
 	Progress func(Progress)
+	// Environment names a template (environment_builder.templates): the
+	// code runs in its environment, built first if need be. Image must be
+	// empty then; Image may name an environment of the principal itself.
+	Environment string
+	// Env are environment variables for the code (os.environ).
+	Env map[string]string
 }
 
 // Progress is one report of a long request: output the code wrote since the
@@ -261,6 +276,13 @@ type Plan struct {
 // A request can tighten limits, never loosen them. Errors are
 // *RefusedError.
 func (e *Engine) Validate(req Request) (Plan, error) {
+	// An environment's name becomes its image; a template is left for
+	// Execute, which may have to build it.
+	if req.Environment == "" {
+		if err := e.resolveImage(context.Background(), &req); err != nil {
+			return Plan{Image: req.Image}, refuse(err)
+		}
+	}
 	p, err := e.validate(req)
 	return p, refuse(err)
 }
@@ -295,6 +317,9 @@ func (e *Engine) validate(req Request) (Plan, error) {
 			return p, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
 		p.Limits = lim
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return p, err
 	}
 	p.Egress = e.egress
 	if req.Egress != nil {
@@ -345,6 +370,9 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 		return nil, err
 	}
 	defer e.inflight.Add(-1)
+	if err := e.resolveImage(ctx, &req); err != nil {
+		return nil, err
+	}
 	plan, err := e.validate(req)
 	if err != nil {
 		return nil, err
@@ -374,6 +402,9 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 	if err := e.setEgress(ctx, sb, plan.Egress, egress.Who{Principal: req.Principal.Tenant, Purpose: "execute"}); err != nil {
 		return nil, err
 	}
+	if err := setEnv(ctx, sb, req.Env); err != nil {
+		return nil, err
+	}
 	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit), OnOutput: req.onOutput()})
 }
 
@@ -397,6 +428,11 @@ func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, erro
 func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandbox, error) {
 	if p := e.poolFor(image); p != nil {
 		sb, _, err := p.Acquire(ctx)
+		e.mu.Lock()
+		if e.poolUsed != nil {
+			e.poolUsed[image] = time.Now() // idle from here: a cold acquire can take a while
+		}
+		e.mu.Unlock()
 		return sb, err
 	}
 	return e.startSandbox(ctx, image)
@@ -553,11 +589,16 @@ func (e *Engine) poolFor(image string) *pool.Pool {
 	if e.closed {
 		return nil
 	}
+	if e.poolUsed == nil {
+		e.poolUsed = make(map[string]time.Time)
+	}
+	e.poolUsed[image] = time.Now()
 	if p, ok := e.pools[image]; ok {
 		return p
 	}
 	if e.pools == nil {
 		e.pools = make(map[string]*pool.Pool)
+		go e.shrinkLoop()
 	}
 	warm := append([]string(nil), pc.WarmModules...)
 	if e.bridge != nil {

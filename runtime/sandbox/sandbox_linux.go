@@ -334,11 +334,22 @@ type Config struct {
 	// OnDestroy runs exactly once after the sandbox is destroyed, or when
 	// Start fails (releasing the image mount it used, for instance).
 	OnDestroy func()
+	// BuildBinds are extra host paths mounted into the sandbox. Only builds
+	// of custom environments use them (the uv binary read-only, the uv
+	// cache and the target directory read-write); their mount points must
+	// exist in the rootfs.
+	BuildBinds []BuildBind
 	// Egress, when set (with a policy that allows something), is given to
 	// the sandbox once its agent is up, as SetEgress does; it needs
 	// BridgeDir. Pooled sandboxes get theirs later, per request, with
 	// SetEgress.
 	Egress *Egress
+}
+
+// BuildBind is one host path mounted into a build sandbox.
+type BuildBind struct {
+	Source, Destination string
+	Writable            bool
 }
 
 func (c *Config) setDefaults(blockSize uint32, shared bool) error {
@@ -404,6 +415,13 @@ func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (
 	binds, err := bindOpts(cfg)
 	if err != nil {
 		return nil, err
+	}
+	for _, b := range cfg.BuildBinds {
+		if b.Writable {
+			binds = append(binds, WithWritableBind(b.Source, b.Destination))
+		} else {
+			binds = append(binds, WithReadOnlyBind(b.Source, b.Destination))
+		}
 	}
 	return NewSpec(append(opts, binds...)...)
 }
@@ -1046,13 +1064,16 @@ func (b *boundedBuffer) String() string {
 var _ io.Writer = (*boundedBuffer)(nil)
 
 // MemoryCurrent is the sandbox's current memory charge in bytes.
+// It does not wait for a Destroy (or a pause) in progress: the cgroup
+// manager it reads is not safe to use while Destroy removes its paths, so
+// it then answers ErrClosed (a pool's stats skip that sandbox).
 func (s *Sandbox) MemoryCurrent() (uint64, error) {
 	if s.rt.noCgroups {
 		return 0, ErrNoCgroup
 	}
-	// Under mu: Destroy removes the cgroup manager's paths while a pool's
-	// Stats may be reading them.
-	s.mu.Lock()
+	if !s.mu.TryLock() {
+		return 0, ErrClosed
+	}
 	defer s.mu.Unlock()
 	if s.destroyed {
 		return 0, ErrClosed
