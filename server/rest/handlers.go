@@ -89,19 +89,20 @@ type DocumentRequest struct {
 }
 
 type documentInput struct {
-	idInput
+	ID   string `path:"id" pattern:"^[A-Za-z0-9_-]{1,64}$" doc:"Session (sandbox) id."`
 	Body DocumentRequest
 }
 
 type documentedOutput struct{ Body *session.Documented }
 
 type fileInput struct {
-	idInput
+	ID   string `path:"id" pattern:"^[A-Za-z0-9_-]{1,64}$" doc:"Session (sandbox) id."`
 	Path string `path:"path" maxLength:"4096" doc:"Path relative to /workspace."`
 }
 
 type putFileInput struct {
-	fileInput
+	ID      string `path:"id" pattern:"^[A-Za-z0-9_-]{1,64}$" doc:"Session (sandbox) id."`
+	Path    string `path:"path" maxLength:"4096" doc:"Path relative to /workspace."`
 	RawBody []byte `contentType:"application/octet-stream"`
 }
 
