@@ -30,3 +30,6 @@ if ! command -v go >/dev/null 2>&1; then
 	echo "install-deps: Go 1.26 or newer is required (https://go.dev/dl); put it on PATH" >&2
 	exit 1
 fi
+
+# schemathesis (make test-api) lives in a venv of its own in forge's cache dir.
+scripts/schemathesis-venv.sh >/dev/null

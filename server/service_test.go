@@ -31,7 +31,9 @@ import (
 // the test that serves them.
 var testObserver forwardObserver
 
-type forwardObserver struct{ to atomic.Pointer[metrics.Metrics] }
+type forwardObserver struct {
+	to atomic.Pointer[metrics.Metrics]
+}
 
 func (f *forwardObserver) ObserveExecution(st engine.ExecutionStats) {
 	if m := f.to.Load(); m != nil {

@@ -6,9 +6,10 @@ import (
 	"strings"
 )
 
-// document renders huma's OpenAPI document with two changes: /execute
+// document renders huma's OpenAPI document with three changes: /execute
 // shows execute_python's own input and output schemas (one schema for
-// both faces), and Go's "{path...}" wildcard is shown as "{path}".
+// both faces), Go's "{path...}" wildcard is shown as "{path}", and a
+// file read answers application/octet-stream.
 func (a *API) document() ([]byte, error) {
 	raw, err := json.Marshal(a.api.OpenAPI())
 	if err != nil {
@@ -35,6 +36,10 @@ func (a *API) document() ([]byte, error) {
 	post := dig(paths, Prefix+"/execute", "post")
 	setSchema(dig(post, "requestBody", "content", "application/json"), in)
 	setSchema(dig(post, "responses", "200", "content", "application/json"), out)
+	// A file is its bytes, not JSON.
+	if ok := dig(paths, Prefix+"/sessions/{id}/files/{path}", "get", "responses", "200"); ok != nil {
+		ok["content"] = map[string]any{"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}
+	}
 	return json.MarshalIndent(doc, "", "  ")
 }
 

@@ -67,25 +67,33 @@ func (p *Problem) Write(w http.ResponseWriter) {
 
 func init() {
 	// Every error huma makes itself (a malformed body, a bad parameter)
-	// becomes a Problem with the request id, like forge's own.
+	// becomes a Problem with the request id, like forge's own; NewError
+	// also gives the OpenAPI document its error schema.
+	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
+		return newHumaProblem(context.Background(), status, msg, errs...)
+	}
 	huma.NewErrorWithContext = func(hctx huma.Context, status int, msg string, errs ...error) huma.StatusError {
 		var ctx context.Context = context.Background()
 		if hctx != nil {
 			ctx = hctx.Context()
 		}
-		p := NewProblem(ctx, status, msg)
-		for _, e := range errs {
-			if e == nil {
-				continue
-			}
-			if d, ok := e.(huma.ErrorDetailer); ok {
-				p.Errors = append(p.Errors, d.ErrorDetail())
-			} else {
-				p.Errors = append(p.Errors, &huma.ErrorDetail{Message: e.Error()})
-			}
-		}
-		return p
+		return newHumaProblem(ctx, status, msg, errs...)
 	}
+}
+
+func newHumaProblem(ctx context.Context, status int, msg string, errs ...error) *Problem {
+	p := NewProblem(ctx, status, msg)
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		if d, ok := e.(huma.ErrorDetailer); ok {
+			p.Errors = append(p.Errors, d.ErrorDetail())
+		} else {
+			p.Errors = append(p.Errors, &huma.ErrorDetail{Message: e.Error()})
+		}
+	}
+	return p
 }
 
 type requestIDKey struct{}

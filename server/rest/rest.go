@@ -111,7 +111,9 @@ func (a *API) op(id, method, path, summary string, scope string, errs ...int) hu
 	if scope != "" {
 		op.Security = bearer
 		op.Description = "Needs a token with scope " + scope + " (or admin)."
-		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+		// Any session call may restore a hibernated session, which needs a
+		// free slot; any call may meet a tenant limit.
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests, http.StatusServiceUnavailable)
 	}
 	return op
 }
