@@ -82,6 +82,12 @@ test-clients:
 test-api: build test-images
 	scripts/test-api.sh
 
+# 60 s of POST /api/v1/execute at concurrency 16 against bin/forge serve:
+# no 5xx, flat RSS, p50/p99 printed (make test runs a 10 s form).
+LOAD_DURATION ?= 60s
+load: build test-images
+	FORGE_LOAD_DURATION=$(LOAD_DURATION) $(GO) test $(GOFLAGS) -count=1 -timeout 10m -v -run TestExecuteLoad ./test/load
+
 # The full stress and fault suite (test/stress): STRESS_RUNS executions at
 # concurrency 8, then the fault tests. Without -race, so the throughput it
 # reports is forge's own; make test runs the short form with -race.
