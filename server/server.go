@@ -134,6 +134,7 @@ func New(eng Engine, opts Options) *Server {
 		mcpserver.WithRecovery(),
 		mcpserver.WithResourceRecovery(),
 		mcpserver.WithToolHandlerMiddleware(s.toolGate),
+		mcpserver.WithResourceHandlerMiddleware(s.resourceGate),
 	)
 	s.tool = executeTool(s.cfg)
 	s.mcp.AddTool(s.tool, s.handleExecute)

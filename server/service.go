@@ -134,11 +134,31 @@ func toolScope(name string) string {
 	return profiles.ScopeTools // hosted and other tools
 }
 
-// toolGate refuses MCP tool calls whose token lacks the tool's scope.
+// toolGate refuses MCP tool calls whose token lacks the tool's scope, and
+// builds over the tenant's build bucket.
 func (s *Server) toolGate(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		if err := authorize(ctx, toolScope(req.Params.Name)); err != nil {
+		scope := toolScope(req.Params.Name)
+		if err := authorize(ctx, scope); err != nil {
 			return mcp.NewToolResultError("Forbidden: " + err.Error()), nil
+		}
+		if t, ok := strings.CutPrefix(s.principal(ctx).Tenant, auth.TenantPrefix); ok && scope == profiles.ScopeEnvironments && s.tenants != nil {
+			if err := s.tenants.Build(t); err != nil {
+				s.limited(t, err)
+				return mcp.NewToolResultError("Not built: " + err.Error() + "."), nil
+			}
+		}
+		return next(ctx, req)
+	}
+}
+
+// resourceGate refuses reads of session resources without scope sessions.
+func (s *Server) resourceGate(next mcpserver.ResourceHandlerFunc) mcpserver.ResourceHandlerFunc {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		if strings.HasPrefix(req.Params.URI, "forge://sessions/") {
+			if err := authorize(ctx, profiles.ScopeSessions); err != nil {
+				return nil, fmt.Errorf("forbidden: %w", err)
+			}
 		}
 		return next(ctx, req)
 	}

@@ -418,6 +418,11 @@ func TestMCPOverHTTPWithTokens(t *testing.T) {
 	if !res.IsError || !strings.Contains(text(res), "lacks scope") {
 		t.Errorf("reader calling execute_python: isError=%v %q, want a scope error", res.IsError, text(res))
 	}
+	rr := mcp.ReadResourceRequest{}
+	rr.Params.URI = "forge://sessions/" + sid + "/state"
+	if _, err := reader.ReadResource(t.Context(), rr); err == nil || !strings.Contains(err.Error(), "lacks scope") {
+		t.Errorf("reader reading a session resource: %v, want a scope error", err)
+	}
 }
 
 func TestMetricsScrape(t *testing.T) {
@@ -425,6 +430,12 @@ func TestMetricsScrape(t *testing.T) {
 	if r := sv.do(t, "POST", "/api/v1/execute", "alice", []byte(`{"code": "1"}`)); r.status != 200 {
 		t.Fatalf("execute: %d %s", r.status, r.body)
 	}
+	sess := sv.do(t, "POST", "/api/v1/sandboxes", "alice", []byte(`{}`))
+	var ref rest.SandboxRef
+	if err := json.Unmarshal(sess.body, &ref); err != nil || ref.ID == "" {
+		t.Fatalf("create sandbox: %d %s", sess.status, sess.body)
+	}
+	sv.do(t, "DELETE", "/api/v1/sandboxes/"+ref.ID, "alice", nil)
 	r := sv.do(t, "GET", "/metrics", "ops", nil)
 	if r.status != 200 {
 		t.Fatalf("metrics: %d %s", r.status, r.body)
@@ -438,7 +449,7 @@ func TestMetricsScrape(t *testing.T) {
 	if execs == nil {
 		t.Fatalf("no forge_executions_total in the scrape")
 	}
-	found := false
+	found, session := false, false
 	for _, m := range execs.GetMetric() {
 		labels := model.LabelSet{}
 		for _, l := range m.GetLabel() {
@@ -447,6 +458,12 @@ func TestMetricsScrape(t *testing.T) {
 		if labels["tenant"] == "alice" && labels["outcome"] == "ok" && (labels["mode"] == "warm" || labels["mode"] == "cold") && m.GetCounter().GetValue() >= 1 {
 			found = true
 		}
+		if labels["tenant"] == "alice" && labels["mode"] == "session" {
+			session = true
+		}
+	}
+	if !session {
+		t.Errorf("no session execution of tenant alice in %v", execs)
 	}
 	if !found {
 		t.Errorf("no ok stateless execution of tenant alice in %v", execs)
