@@ -66,6 +66,7 @@ export FORGE_BIN=$forge
 run "TypeScript SDK over stdio" node --test --test-reporter=spec sdk-stdio.mjs
 run "inspector CLI over stdio" node --test --test-reporter=spec inspector-cli.mjs
 run "sessions across a restart (TypeScript SDK)" node --test --test-reporter=spec sdk-sessions.mjs
+run "TypeScript SDK over HTTP with bearer tokens" node --test --test-reporter=spec sdk-http-auth.mjs
 # The standalone forge_tools server (sdk/python, no forge involved).
 run "forge_tools serve: TypeScript SDK over stdio" node --test --test-reporter=spec forge-tools-sdk.mjs
 run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=spec forge-tools-inspector.mjs
