@@ -57,7 +57,7 @@ type Event struct {
 	Tool       string         `json:"tool,omitempty"`
 	Server     string         `json:"server,omitempty"`
 	Client     string         `json:"client,omitempty"`
-	Principal  string         `json:"principal,omitempty"` // who the request acted for (a tenant)
+	Principal  string         `json:"principal,omitempty"`  // who the request acted for (a tenant)
 	RequestID  string         `json:"request_id,omitempty"` // the HTTP request's id, as in its logs and error replies
 	Reason     string         `json:"reason,omitempty"`
 	Fields     map[string]any `json:"fields,omitempty"`
