@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build image image-data test-images run test test-sdk test-clients test-api load stress fuzz bench lint clean
+.PHONY: FORCE all deps build image image-data image-trixie test-images run test test-sdk test-clients test-api load stress fuzz bench lint clean
 
 all: build
 
@@ -42,6 +42,10 @@ image: build
 image-data: build
 	$(BIN) image bootstrap --packages python3-numpy,python3-pandas,python3-matplotlib
 
+# The second Python: Debian 13 (trixie), forge/python:3.13.
+image-trixie: build
+	$(BIN) image bootstrap --suite trixie
+
 run: build image
 	$(BIN) serve
 
@@ -51,9 +55,10 @@ export FORGE_TEST_STATE_DIR
 
 # Tests of several packages run in parallel on one store: import the images
 # once, up front (a no-op when present), so no two test processes race to.
-test-images: image image-data
+test-images: image image-data image-trixie
 	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python_3.11
 	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python-data_3.11
+	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python_3.13
 
 # The downstream MCP server of the code-mode tests (internal/testenv.MCPServer),
 # built here so the tests need no Go toolchain when they run.

@@ -96,13 +96,6 @@ type SecurityConfig struct {
 	AuditMaxBackups int    `yaml:"audit_max_backups" doc:"Rotated audit logs kept (audit.log.1 … audit.log.N); older ones are deleted."`
 }
 
-// EnvironmentBuilderConfig configures build_custom_environment.
-type EnvironmentBuilderConfig struct {
-	Enabled         bool     `yaml:"enabled" doc:"Offer the build_custom_environment tool."`
-	AllowedPackages []string `yaml:"allowed_packages" doc:"Package name patterns (path.Match syntax) a build may install; \"*\" allows any. Must not be empty when enabled."`
-	BuildTimeout    Duration `yaml:"build_timeout" doc:"Wall-clock limit of one build."`
-}
-
 // MCPToolServer is one downstream MCP server, started by forge over stdio.
 type MCPToolServer struct {
 	Command         string            `yaml:"command" doc:"Required. Executable that runs the server (looked up in PATH)."`

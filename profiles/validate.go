@@ -175,12 +175,76 @@ func (c *Config) validateSecurity(p *problems) {
 
 func (c *Config) validateBuilder(p *problems) {
 	b := &c.EnvironmentBuilder
-	positive(p, "environment_builder.build_timeout", b.BuildTimeout)
-	patterns(p, "environment_builder.allowed_packages", b.AllowedPackages)
-	if b.Enabled && len(b.AllowedPackages) == 0 {
-		p.add("environment_builder.allowed_packages", "must not be empty when environment_builder.enabled is true (use [\"*\"] to allow any package)")
+	const base = "environment_builder."
+	positive(p, base+"build_timeout", b.BuildTimeout)
+	positive(p, base+"max_image_size", b.MaxImageSize)
+	positive(p, base+"build_memory", b.BuildMemory)
+	positive(p, base+"max_packages", b.MaxPackages)
+	positive(p, base+"max_concurrent", b.MaxConcurrent)
+	nonNegative(p, base+"builds_per_period", b.BuildsPerPeriod)
+	nonNegative(p, base+"gc_age", b.GCAge)
+	if b.BuildsPerPeriod > 0 {
+		positive(p, base+"rate_period", b.RatePeriod)
+	}
+	for field, list := range map[string][]string{"allowed_packages": b.AllowedPackages, "blocked_packages": b.BlockedPackages,
+		"approval_packages": b.ApprovalPackages, "approved_packages": b.ApprovedPackages} {
+		patterns(p, base+field, list)
+	}
+	for field, list := range map[string][]string{"allowed_packages_files": b.AllowedPackagesFiles, "blocked_packages_files": b.BlockedPackagesFiles} {
+		for i, f := range list {
+			if !filepath.IsAbs(f) {
+				p.add(fmt.Sprintf("%s%s[%d]", base, field, i), "must be an absolute path, got %q", f)
+			}
+		}
+	}
+	if b.Enabled && len(b.AllowedPackages) == 0 && len(b.AllowedPackagesFiles) == 0 {
+		p.add(base+"allowed_packages", "must not be empty when environment_builder.enabled is true (use [\"*\"] to allow any package)")
+	}
+	if b.Wheelhouse != "" && !filepath.IsAbs(b.Wheelhouse) {
+		p.add(base+"wheelhouse", "must be an absolute path or empty, got %q", b.Wheelhouse)
+	}
+	if b.CABundle != "" && !filepath.IsAbs(b.CABundle) {
+		p.add(base+"ca_bundle", "must be an absolute path or empty, got %q", b.CABundle)
+	}
+	if b.Offline && b.Wheelhouse == "" {
+		p.add(base+"offline", "needs environment_builder.wheelhouse: offline builds install only from it")
+	}
+	if !b.Offline {
+		if u, err := url.Parse(b.IndexURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			p.add(base+"index_url", "must be an http(s) URL of a PEP 503 simple index, got %q", b.IndexURL)
+		}
+	}
+	switch sc := b.Scanner; {
+	case slices.Contains([]string{"auto", "none", "pip-audit", "trivy", "grype"}, sc):
+	case filepath.IsAbs(sc) && slices.Contains([]string{"pip-audit", "trivy", "grype"}, filepath.Base(sc)):
+	default:
+		p.add(base+"scanner", "must be auto, none, pip-audit, trivy, grype or the absolute path of one of them, got %q", sc)
+	}
+	if b.BaseImage != "" && !c.Images.Allowed(b.BaseImage) {
+		p.add(base+"base_image", "%q does not match images.allowed", b.BaseImage)
+	}
+	for _, name := range slices.Sorted(maps.Keys(b.Templates)) {
+		if !envNameRE.MatchString(name) {
+			p.add(base+"templates."+name, "a template name is letters, digits and hyphens, at most 63 characters")
+		}
+		t := b.Templates[name]
+		if len(t.Packages) == 0 {
+			p.add(base+"templates."+name+".packages", "must not be empty")
+		}
+		if b.MaxPackages > 0 && len(t.Packages) > b.MaxPackages {
+			p.add(base+"templates."+name+".packages", "%d packages, over environment_builder.max_packages (%d)", len(t.Packages), b.MaxPackages)
+		}
 	}
 }
+
+// envNameRE is what an environment or template name may be: it becomes an
+// image tag (forge/custom:NAME).
+var envNameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+
+// ValidEnvironmentName reports whether name can name an environment or a
+// template: letters, digits and hyphens, at most 63 characters, not
+// starting or ending with a hyphen.
+func ValidEnvironmentName(name string) bool { return envNameRE.MatchString(name) }
 
 func (c *Config) validateTools(p *problems) {
 	prefixes := map[string]string{}

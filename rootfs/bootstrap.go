@@ -2,6 +2,7 @@ package rootfs
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,13 +31,39 @@ const (
 	DefaultSuite     = "bookworm"
 )
 
+// Suites are the Debian suites Bootstrap builds from, with the Python
+// minor version each ships (the tag of the images it names).
+var Suites = map[string]string{"bookworm": "3.11", "trixie": "3.13"}
+
+// DefaultName is the image Bootstrap names for a suite: forge/python:X.Y,
+// or forge/python-data:X.Y for an image with extra packages.
+func DefaultName(suite string, data bool) string {
+	repo := "forge/python"
+	if data {
+		repo = "forge/python-data"
+	}
+	return repo + ":" + Suites[suite]
+}
+
+func checkSuite(suite string) error {
+	if _, ok := Suites[suite]; ok {
+		return nil
+	}
+	known := make([]string, 0, len(Suites))
+	for s, py := range Suites {
+		known = append(known, s+" (Python "+py+")")
+	}
+	slices.Sort(known)
+	return fmt.Errorf("%w %q; known: %s", ErrUnknownSuite, suite, strings.Join(known, ", "))
+}
+
 // sandboxUID is the uid (and gid) the sandboxed code runs as.
 const sandboxUID = 1000
 
 // BootstrapOptions configures Bootstrap.
 type BootstrapOptions struct {
-	// Name of the image: DefaultImage, or DefaultDataImage when Packages is
-	// not empty.
+	// Name of the image: DefaultName(Suite, len(Packages) > 0), which is
+	// DefaultImage or DefaultDataImage for the default suite.
 	Name string
 	// Packages are Debian packages installed beside python3.
 	Packages []string
@@ -54,14 +82,11 @@ type BootstrapOptions struct {
 }
 
 func (o BootstrapOptions) withDefaults() BootstrapOptions {
-	if o.Name == "" {
-		o.Name = DefaultImage
-		if len(o.Packages) > 0 {
-			o.Name = DefaultDataImage
-		}
-	}
 	if o.Suite == "" {
 		o.Suite = DefaultSuite
+	}
+	if o.Name == "" {
+		o.Name = DefaultName(o.Suite, len(o.Packages) > 0)
 	}
 	if o.Mirror == "" {
 		o.Mirror = hostMirror(o.Suite)
@@ -87,6 +112,9 @@ func LayoutDir(cacheDir, name string) string { return cachedir.Layout(cacheDir, 
 // writes it as an OCI layout under opts.CacheDir, or returns the cached
 // layout. The layout's ref.name is opts.Name.
 func Bootstrap(ctx context.Context, opts BootstrapOptions) (layoutDir string, retErr error) {
+	if err := checkSuite(cmp.Or(opts.Suite, DefaultSuite)); err != nil {
+		return "", err
+	}
 	opts = opts.withDefaults()
 	layoutDir = LayoutDir(opts.CacheDir, opts.Name)
 	if !opts.Rebuild {
@@ -118,6 +146,9 @@ func Bootstrap(ctx context.Context, opts BootstrapOptions) (layoutDir string, re
 	pyVersion, err := pythonVersion(target)
 	if err != nil {
 		return "", err
+	}
+	if want := Suites[opts.Suite]; pyVersion != want && !strings.HasPrefix(pyVersion, want+".") {
+		return "", fmt.Errorf("bootstrap: %s ships Python %s, not %s as forge expects of it", opts.Suite, pyVersion, want)
 	}
 	fmt.Fprintf(opts.Progress, "bootstrap: packing layer (%s elapsed)\n", since(start))
 	cfg := LayoutConfig{

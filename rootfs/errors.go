@@ -21,6 +21,11 @@ var (
 	// ErrCorruptArchive: an archive or layout is corrupt or truncated; the
 	// import was rolled back.
 	ErrCorruptArchive = errors.New("corrupt or truncated image archive")
+	// ErrTooLarge: a committed layer would be over the maximum image size.
+	ErrTooLarge = errors.New("image too large")
+	// ErrUnknownSuite: bootstrap was asked for a Debian suite it does not
+	// know (see Suites).
+	ErrUnknownSuite = errors.New("unknown Debian suite")
 )
 
 // acceptedForms lists the reference forms ParseReference accepts; error

@@ -23,6 +23,8 @@ type Report struct {
 	TempBytes int64 `json:"temp_bytes"`
 	// Images are the half-imported images removed.
 	Images []string `json:"images"`
+	// Scratch are the build containers of dead processes removed.
+	Scratch []string `json:"scratch,omitempty"`
 }
 
 // GC removes what crashed forge processes left in the state dir: their
@@ -46,12 +48,13 @@ func (s *Store) GC(ctx context.Context) (Report, error) {
 				errs = append(errs, os.RemoveAll(o.dir))
 			}
 		}
+		errs = append(errs, s.removeAbandonedScratch(&rep))
 		errs = append(errs, s.removeAbandonedImports(&rep))
 		return errors.Join(errs...)
 	})
-	if len(rep.DeadProcesses) > 0 || rep.TempBytes > 0 || len(rep.Images) > 0 {
+	if len(rep.DeadProcesses) > 0 || rep.TempBytes > 0 || len(rep.Images) > 0 || len(rep.Scratch) > 0 {
 		s.log.Info("cleaned up after crashed forge processes", "pids", rep.DeadProcesses,
-			"unmounted", len(rep.Unmounted), "temp_bytes", rep.TempBytes, "images", rep.Images)
+			"unmounted", len(rep.Unmounted), "temp_bytes", rep.TempBytes, "images", rep.Images, "scratch", rep.Scratch)
 	}
 	return rep, err
 }

@@ -28,8 +28,9 @@ type ExecuteArgs struct {
 	Backend     string        // "" or one of the Backend constants
 	Timeout     time.Duration // 0 = the configured default
 	Memory      int64         // bytes; 0 = the configured default
-	CustomImage string
-	Environment map[string]string
+	CustomImage string        // an image or an environment name
+	Environment string        // a template name (environment_builder.templates)
+	Env         map[string]string
 	MCPTools    []string
 }
 
@@ -41,7 +42,8 @@ type wireExecuteArgs struct {
 	Timeout     *float64          `json:"timeout"`
 	Memory      *string           `json:"memory"`
 	CustomImage *string           `json:"custom_image"`
-	Environment map[string]string `json:"environment"`
+	Environment json.RawMessage   `json:"environment"`
+	Env         map[string]string `json:"env"`
 	MCPTools    []string          `json:"mcp_tools"`
 }
 
@@ -101,7 +103,13 @@ func (w *wireExecuteArgs) check() (ExecuteArgs, error) {
 		}
 		a.Memory = m
 	}
-	a.Environment = w.Environment
+	if env := bytes.TrimSpace(w.Environment); len(env) > 0 && string(env) != "null" {
+		if err := json.Unmarshal(env, &a.Environment); err != nil {
+			return a, argError("environment", "want a string: the name of a template environment (see forge://environments/list); environment variables for the code go in env")
+		}
+		a.Environment = strings.TrimSpace(a.Environment)
+	}
+	a.Env = w.Env
 	a.MCPTools = w.MCPTools
 	return a, nil
 }
@@ -151,7 +159,7 @@ func describeJSONError(err error) string {
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return "unknown field " + f + "; known fields: code, session_id, backend, timeout, memory, custom_image, environment, mcp_tools"
+		return "unknown field " + f + "; known fields: code, session_id, backend, timeout, memory, custom_image, environment, env, mcp_tools"
 	}
 	return strings.TrimPrefix(msg, "json: ")
 }

@@ -20,9 +20,9 @@ func TestDecodeExecuteArgs(t *testing.T) {
 		wantErr string // substring; "" = success
 	}{
 		{"minimal", `{"code":"print(1)"}`, ExecuteArgs{Code: "print(1)"}, ""},
-		{"all fields", `{"code":"x","session_id":"s1","backend":"jupyter","timeout":2.5,"memory":"256m","custom_image":"forge/python:3.11","environment":{"A":"1"},"mcp_tools":["gh"]}`,
+		{"all fields", `{"code":"x","session_id":"s1","backend":"jupyter","timeout":2.5,"memory":"256m","custom_image":"forge/python:3.11","environment":"data-science","env":{"A":"1"},"mcp_tools":["gh"]}`,
 			ExecuteArgs{Code: "x", SessionID: "s1", Backend: "jupyter", Timeout: 2500 * time.Millisecond, Memory: 256 << 20,
-				CustomImage: "forge/python:3.11", Environment: map[string]string{"A": "1"}, MCPTools: []string{"gh"}}, ""},
+				CustomImage: "forge/python:3.11", Environment: "data-science", Env: map[string]string{"A": "1"}, MCPTools: []string{"gh"}}, ""},
 		{"nulls are absent", `{"code":"x","session_id":null,"timeout":null,"memory":null}`, ExecuteArgs{Code: "x"}, ""},
 		{"empty memory is default", `{"code":"x","memory":""}`, ExecuteArgs{Code: "x"}, ""},
 		{"huge timeout clamps", `{"code":"x","timeout":1e300}`, ExecuteArgs{Code: "x", Timeout: time.Duration(maxTimeoutSeconds * float64(time.Second))}, ""},
@@ -41,7 +41,9 @@ func TestDecodeExecuteArgs(t *testing.T) {
 		{"array", `[1]`, ExecuteArgs{}, "want a JSON object"},
 		{"not json", `{code:1}`, ExecuteArgs{}, "not valid JSON"},
 		{"trailing", `{"code":"x"} {}`, ExecuteArgs{}, "trailing data"},
-		{"environment values", `{"code":"x","environment":{"A":1}}`, ExecuteArgs{}, "environment"},
+		{"env values", `{"code":"x","env":{"A":1}}`, ExecuteArgs{}, "env"},
+		{"environment as variables (the old form)", `{"code":"x","environment":{"A":"1"}}`, ExecuteArgs{}, "environment variables for the code go in env"},
+		{"environment not a string", `{"code":"x","environment":7}`, ExecuteArgs{}, "template"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeExecuteArgs([]byte(tc.in))
@@ -67,7 +69,7 @@ func TestDecodeExecuteArgs(t *testing.T) {
 func FuzzDecodeExecuteArgs(f *testing.F) {
 	for _, s := range []string{
 		`{"code":"print(1)"}`, `{"code":"x","timeout":1e308,"memory":"9999999t"}`, `{"code":"x","memory":"0.5k"}`,
-		`{"code":"x","environment":{"a":"b"},"mcp_tools":["t"]}`, `null`, `{"code":null}`, `{"timeout":-0}`,
+		`{"code":"x","env":{"a":"b"},"environment":"web","mcp_tools":["t"]}`, `null`, `{"code":null}`, `{"timeout":-0}`,
 		`{"code":"x","timeout":5e-324}`, `{"code":"\u0000"}`, `{"code":"x","backend":"simple"}`,
 	} {
 		f.Add([]byte(s))

@@ -44,6 +44,7 @@ func realEngine(t *testing.T) *engine.Engine {
 	layout := testutil.BaseImageLayout(t, "forge/python:3.11")
 	stateDir := testutil.StateDir(t)
 	mcpServer := testenv.MCPServer(t)
+	wheels := realWheelhouse(t)
 	realOnce.Do(func() {
 		realErr = errors.New("the engine's setup did not finish (see the first test that failed)")
 		ctx := context.Background()
@@ -52,6 +53,8 @@ func realEngine(t *testing.T) *engine.Engine {
 		cfg.Pool.Size = 1
 		cfg.Server.ShutdownGrace = profiles.Duration(5 * time.Second)
 		cfg.MCPTools = map[string]profiles.MCPToolServer{"test": {Command: mcpServer}}
+		b := &cfg.EnvironmentBuilder
+		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"*"}
 		var eng *engine.Engine
 		if eng, realErr = engine.New(ctx, engine.Options{Config: cfg, Observer: &testObserver}); realErr != nil {
 			return
@@ -69,6 +72,27 @@ func realEngine(t *testing.T) *engine.Engine {
 		t.Fatalf("starting the engine: %v", realErr)
 	}
 	return realEng
+}
+
+// realWheelValue is forgetestpkg.VALUE in the real engine's wheelhouse.
+var realWheelValue = fmt.Sprintf("v%d", time.Now().UnixNano())
+
+var realWheels struct {
+	once sync.Once
+	dir  string
+}
+
+// realWheelhouse is the real engine's offline wheelhouse, made once.
+func realWheelhouse(t *testing.T) string {
+	realWheels.once.Do(func() {
+		dir, err := os.MkdirTemp("", "forge-wheels-")
+		if err == nil {
+			os.Chmod(dir, 0o755) // the build sandbox's user reads it
+			testenv.MakeWheel(t, dir, "forgetestpkg", "1.0", realWheelValue)
+		}
+		realWheels.dir = dir
+	})
+	return realWheels.dir
 }
 
 func closeRealEngine() {
@@ -332,5 +356,83 @@ func TestHTTPReal(t *testing.T) {
 	}
 	if _, err := call(t, c, map[string]any{"code": false}); err == nil || !strings.Contains(err.Error(), "invalid") {
 		t.Errorf("malformed arguments over HTTP: got %v, want an invalid-params error", err)
+	}
+}
+
+// TestBuildToolReal builds an environment through the MCP tool (offline,
+// from a wheelhouse the test made), with progress notifications, then
+// runs code in it and finds it in forge://environments/list.
+func TestBuildToolReal(t *testing.T) {
+	eng := realEngine(t)
+	c := connect(t, New(eng, Options{}))
+	var mu sync.Mutex
+	var progress []mcp.JSONRPCNotification
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == "notifications/progress" {
+			mu.Lock()
+			progress = append(progress, n)
+			mu.Unlock()
+		}
+	})
+	name := fmt.Sprintf("t-mcp-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for eng.RemoveEnvironment(context.Background(), engine.LocalPrincipal, name) != nil && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // polling for the run's sandbox to go, with a deadline
+		}
+	})
+	req := mcp.CallToolRequest{}
+	req.Params.Name = toolBuild
+	req.Params.Arguments = map[string]any{"name": name, "packages": []string{"forgetestpkg"}, "description": "test"}
+	req.Params.Meta = &mcp.Meta{ProgressToken: "build-1"}
+	res, err := c.CallTool(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := structured(t, res)
+	if res.IsError || sc["image"] != "forge/custom:"+name || sc["cached"] != false {
+		t.Fatalf("got isError=%v %q %v", res.IsError, text(res), sc)
+	}
+	mu.Lock()
+	n := len(progress)
+	mu.Unlock()
+	if n < 3 {
+		t.Errorf("%d progress notifications, want one per step", n)
+	}
+	run, err := call(t, c, map[string]any{"code": "import forgetestpkg\nforgetestpkg.VALUE", "custom_image": name})
+	if err != nil || run.IsError || structured(t, run)["result"] != realWheelValue {
+		t.Errorf("run in the environment: %v %q", err, text(run))
+	}
+	// Code mode in the environment: a downstream tool and the package together.
+	run, err = call(t, c, map[string]any{"code": "import forgetestpkg\n[add(a=40, b=2)['sum'], forgetestpkg.VALUE]", "custom_image": name, "mcp_tools": []string{"add"}})
+	if err != nil || run.IsError || fmt.Sprint(structured(t, run)["result"]) != fmt.Sprint([]any{float64(42), realWheelValue}) {
+		t.Errorf("code mode in the environment: %v %q", err, text(run))
+	}
+	rr := mcp.ReadResourceRequest{}
+	rr.Params.URI = uriEnvironments
+	list, err := c.ReadResource(t.Context(), rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := list.Contents[0].(mcp.TextResourceContents).Text; !strings.Contains(body, `"name": "`+name+`"`) || !strings.Contains(body, `"forgetestpkg"`) {
+		t.Errorf("environments/list does not show %s with its package: %s", name, body)
+	}
+	for _, tc := range []struct {
+		args map[string]any
+		want string
+	}{
+		{map[string]any{"name": name, "packages": []string{"numpy; os_name == 'posix' or"}}, "invalid package specification"},
+		{map[string]any{"name": "bad name", "packages": []string{"forgetestpkg"}}, "letters, digits and hyphens"},
+		{map[string]any{"name": name, "packages": []string{"forgetestpkg"}, "template": "nope"}, "environment_builder.templates"},
+	} {
+		req.Params.Arguments, req.Params.Meta = tc.args, nil
+		res, err := c.CallTool(t.Context(), req)
+		if err != nil || !res.IsError || !strings.Contains(text(res), tc.want) {
+			t.Errorf("%v: got %v %q, want a tool error naming %q", tc.args, err, text(res), tc.want)
+		}
+	}
+	req.Params.Arguments = map[string]any{"packages": []string{"x"}}
+	if _, err := c.CallTool(t.Context(), req); err == nil || !strings.Contains(err.Error(), "name") {
+		t.Errorf("missing name: got %v, want an invalid-params error naming name", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -57,6 +59,19 @@ func toolDescription(cfg *profiles.Config) string {
 	return b.String()
 }
 
+func environmentDescription(cfg *profiles.Config) string {
+	b := cfg.EnvironmentBuilder
+	names := slices.Sorted(maps.Keys(b.Templates))
+	if len(names) == 0 {
+		return "Name of a template environment; none is configured."
+	}
+	d := fmt.Sprintf("Name of a template environment to run in (%s): its packages are installed into a custom environment", strings.Join(names, ", "))
+	if b.Enabled {
+		return d + ", built on first use (that call takes longer and reports progress), reused afterwards. Give custom_image or environment, not both."
+	}
+	return d + " built beforehand with `forge env build`. Give custom_image or environment, not both."
+}
+
 func inputSchema(cfg *profiles.Config) json.RawMessage {
 	x := cfg.Execution
 	str := func(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
@@ -72,9 +87,10 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 			"timeout": map[string]any{"type": "number", "exclusiveMinimum": 0,
 				"description": fmt.Sprintf("Wall-clock limit in seconds (default %g, at most %g).", x.DefaultTimeout.Seconds(), x.MaxTimeout.Seconds())},
 			"memory": str(fmt.Sprintf("Memory limit such as \"256m\" or \"1g\" (default %s, at most %s).", x.DefaultMemory, x.MaxMemory)),
-			"custom_image": str(fmt.Sprintf("Image to run in (default %q; allowed: %s). See forge://environments/list.",
+			"custom_image": str(fmt.Sprintf("Image or custom environment (from build_custom_environment) to run in (default %q; allowed images: %s). See forge://environments/list.",
 				cfg.Images.Default, strings.Join(cfg.Images.AllowedPatterns, ", "))),
-			"environment": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
+			"environment": str(environmentDescription(cfg)),
+			"env": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
 				"description": "Environment variables for the code. Not available in this build yet."},
 			"mcp_tools": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
 				"description": "Names of tools (from forge://tools/available) to make callable inside the sandbox as Python functions and in the module mcp_tools (code mode). Their credentials stay on the host."},
@@ -136,7 +152,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
-	res, err := s.execute(ectx, s.executeRequest(ctx, args))
+	res, err := s.execute(ectx, s.executeRequest(ctx, args, progressTo(ctx, req)))
 	if err != nil {
 		return s.executeError(err), nil
 	}
@@ -145,8 +161,8 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 
 // unsupported refuses the parts of the tool interface this build lacks.
 func unsupported(a ExecuteArgs) error {
-	if len(a.Environment) > 0 {
-		return fmt.Errorf("environment: setting environment variables is not available yet in this build (%w); set them inside the code with os.environ", ErrNotAvailable)
+	if len(a.Env) > 0 {
+		return fmt.Errorf("env: setting environment variables is not available yet in this build (%w); set them inside the code with os.environ", ErrNotAvailable)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/mcp-forge/forge/profiles"
@@ -33,5 +35,17 @@ How it behaves:
 		fmt.Fprintf(&b, "; %q adds numpy, pandas and matplotlib", cfg.Images.Data)
 	}
 	fmt.Fprintf(&b, ". Allowed: %s. The resource forge://environments/list lists the images present with their Python version and packages; forge://environment/info shows the limits and host features.\n", strings.Join(cfg.Images.AllowedPatterns, ", "))
+	eb := cfg.EnvironmentBuilder
+	if eb.Enabled {
+		b.WriteString("\nCustom environments: when you need a package the images lack, call build_custom_environment once with a name and PEP 508 requirements (checked against forge's package policy; a refusal says which setting decides). Then pass that name as execute_python's custom_image, in stateless calls and in sessions. The same packages again are a cache hit. ")
+	}
+	if len(eb.Templates) > 0 {
+		names := slices.Sorted(maps.Keys(eb.Templates))
+		fmt.Fprintf(&b, "\nTemplates (argument environment): %s; forge://environments/list shows their packages.", strings.Join(names, ", "))
+		if eb.Enabled {
+			b.WriteString(" The first call with a template builds it, which takes a while.")
+		}
+		b.WriteString("\n")
+	}
 	return b.String()
 }

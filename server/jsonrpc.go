@@ -133,6 +133,7 @@ type decodedArgs struct {
 	tool    string
 	execute ExecuteArgs
 	session sessionArgs
+	build   BuildArgs
 }
 
 type decodedArgsKey struct{}
@@ -170,6 +171,8 @@ func decodeArgs(tool string, raw []byte) (*decodedArgs, error) {
 	switch tool {
 	case toolExecute:
 		d.execute, err = DecodeExecuteArgs(raw)
+	case toolBuild:
+		d.build, err = DecodeBuildArgs(raw)
 	case toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles:
 		d.session, err = decodeSessionArgs(tool, raw)
 	default:

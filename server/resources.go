@@ -13,6 +13,7 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/bridge"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/pool"
 )
 
@@ -28,7 +29,7 @@ func (s *Server) addResources() {
 		mcp.WithResourceDescription("forge's version, the default image's Python version, the host's kernel features and the limits in force."),
 		mcp.WithMIMEType("application/json")), s.jsonResource(s.environmentInfo))
 	s.mcp.AddResource(mcp.NewResource(uriEnvironments, "environments",
-		mcp.WithResourceDescription("Images present in forge's store (usable as custom_image when allowed), with their Python version and packages."),
+		mcp.WithResourceDescription("Images present in forge's store (usable as custom_image when allowed) and your custom environments (build_custom_environment), with their Python version and packages, and the templates execute_python's environment can name."),
 		mcp.WithMIMEType("application/json")), s.jsonResource(s.environments))
 	s.mcp.AddResource(mcp.NewResource(uriToolsAvailable, "tools-available",
 		mcp.WithResourceDescription("MCP tools that sandboxed code can call as Python functions (code mode): name, server, description, input schema, and the Python name."),
@@ -62,7 +63,21 @@ type EnvironmentInfo struct {
 	CodeMode      string       `json:"code_mode"`
 	Pool          PoolInfo     `json:"pool"`
 	KernelFeature any          `json:"kernel_features,omitempty"`
+	Builder       BuilderInfo  `json:"environment_builder"`
 	Server        ServerInfoJS `json:"server"`
+}
+
+// BuilderInfo says how custom environments are built.
+type BuilderInfo struct {
+	Enabled     bool     `json:"enabled"`
+	Installer   string   `json:"installer"`
+	Index       string   `json:"index"`
+	Offline     bool     `json:"offline"`
+	MaxPackages int      `json:"max_packages"`
+	Timeout     string   `json:"build_timeout"`
+	MaxSize     string   `json:"max_image_size"`
+	RateLimit   string   `json:"rate_limit"`
+	Templates   []string `json:"templates"`
 }
 
 // ImageInfo describes one image.
@@ -128,6 +143,20 @@ func (s *Server) environmentInfo(ctx context.Context) (any, error) {
 		Pool:         PoolInfo{Enabled: s.cfg.Pool.Enabled, Size: s.cfg.Pool.Size},
 		Server:       ServerInfoJS{Name: s.cfg.Server.Name, Transport: s.cfg.Server.Transport},
 	}
+	b := s.cfg.EnvironmentBuilder
+	info.Builder = BuilderInfo{Enabled: b.Enabled, Installer: s.eng.Installer(), Index: b.IndexURL, Offline: b.Offline,
+		MaxPackages: b.MaxPackages, Timeout: b.BuildTimeout.String(), MaxSize: b.MaxImageSize.String(), Templates: []string{}}
+	if b.Offline {
+		info.Builder.Index = "wheelhouse " + b.Wheelhouse
+	}
+	info.Builder.RateLimit = "unlimited"
+	if b.BuildsPerPeriod > 0 {
+		info.Builder.RateLimit = fmt.Sprintf("%d builds per %s", b.BuildsPerPeriod, b.RatePeriod)
+	}
+	for name := range b.Templates {
+		info.Builder.Templates = append(info.Builder.Templates, name)
+	}
+	sort.Strings(info.Builder.Templates)
 	if s.cfg.Images.Data != "" {
 		d := s.imageInfo(imgs, s.cfg.Images.Data)
 		info.DataImage = &d
@@ -168,10 +197,20 @@ func describeImage(img rootfs.Image, name string, allowed bool) ImageInfo {
 
 // EnvironmentList is the content of forge://environments/list.
 type EnvironmentList struct {
-	Default string      `json:"default"`
-	Data    string      `json:"data,omitempty"`
-	Allowed []string    `json:"allowed_patterns"`
-	Images  []ImageInfo `json:"images"`
+	Default      string              `json:"default"`
+	Data         string              `json:"data,omitempty"`
+	Allowed      []string            `json:"allowed_patterns"`
+	Images       []ImageInfo         `json:"images"`
+	Environments []build.Environment `json:"environments"`
+	Templates    []TemplateInfo      `json:"templates"`
+}
+
+// TemplateInfo describes one template of environment_builder.templates.
+type TemplateInfo struct {
+	Name        string   `json:"name"`
+	Packages    []string `json:"packages"`
+	Description string   `json:"description,omitempty"`
+	Built       bool     `json:"built"`
 }
 
 func (s *Server) environments(ctx context.Context) (any, error) {
@@ -179,9 +218,27 @@ func (s *Server) environments(ctx context.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	p := s.principal(ctx)
 	out := EnvironmentList{Default: s.cfg.Images.Default, Data: s.cfg.Images.Data,
-		Allowed: append([]string{}, s.cfg.Images.AllowedPatterns...), Images: []ImageInfo{}}
+		Allowed: append([]string{}, s.cfg.Images.AllowedPatterns...), Images: []ImageInfo{}, Templates: []TemplateInfo{}}
+	if out.Environments, err = s.eng.ListEnvironments(ctx, p); err != nil {
+		return nil, err
+	}
+	if out.Environments == nil {
+		out.Environments = []build.Environment{}
+	}
+	built := map[string]bool{}
+	for _, e := range out.Environments {
+		built[e.Name] = true
+	}
+	for name, t := range s.cfg.EnvironmentBuilder.Templates {
+		out.Templates = append(out.Templates, TemplateInfo{Name: name, Packages: t.Packages, Description: t.Description, Built: built[name]})
+	}
+	sort.Slice(out.Templates, func(i, j int) bool { return out.Templates[i].Name < out.Templates[j].Name })
 	for _, img := range imgs {
+		if owner, ok := img.Labels[build.LabelOwner]; ok && owner != p.Tenant {
+			continue // another principal's environment: as if it were not there
+		}
 		names := img.Names
 		if len(names) == 0 {
 			names = []string{img.ID}

@@ -29,6 +29,7 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/bridge"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/pool"
@@ -54,6 +55,11 @@ type Engine interface {
 
 	Images(ctx context.Context) ([]rootfs.Image, error)
 	PoolStats() []pool.Stats
+
+	BuildEnvironment(ctx context.Context, p engine.Principal, req build.Request) (*build.Result, error)
+	ListEnvironments(ctx context.Context, p engine.Principal) ([]build.Environment, error)
+	Installer() string
+
 	ToolCatalog() []bridge.Tool
 }
 
@@ -139,6 +145,7 @@ func New(eng Engine, opts Options) *Server {
 	s.tool = executeTool(s.cfg)
 	s.mcp.AddTool(s.tool, s.handleExecute)
 	s.addSessionTools()
+	s.addBuildTool()
 	s.addResources()
 	return s
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/bridge"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/pool"
@@ -60,6 +61,13 @@ func (e *stubEngine) Execute(_ context.Context, req engine.Request) (*kernel.Res
 	return e.res, e.err
 }
 func (e *stubEngine) Config() *profiles.Config { return e.cfg }
+func (e *stubEngine) BuildEnvironment(_ context.Context, _ engine.Principal, req build.Request) (*build.Result, error) {
+	return nil, &engine.RefusedError{Kind: engine.RefusedInvalid, Err: fmt.Errorf("%w: the stub builds nothing", build.ErrDisabled)}
+}
+func (e *stubEngine) ListEnvironments(context.Context, engine.Principal) ([]build.Environment, error) {
+	return nil, nil
+}
+func (e *stubEngine) Installer() string { return "uv" }
 
 // The stub has no sessions, images, pools or tools: every session id is
 // unknown, as it would be to a fresh engine.
@@ -254,7 +262,7 @@ func TestUnsupportedArguments(t *testing.T) {
 		args map[string]any
 		want string
 	}{
-		{map[string]any{"code": "x", "environment": map[string]string{"A": "1"}}, "environment"},
+		{map[string]any{"code": "x", "env": map[string]string{"A": "1"}}, "env"},
 	} {
 		res, err := call(t, c, tc.args)
 		if err != nil {

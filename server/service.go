@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/server/auth"
@@ -41,6 +42,7 @@ func (s *Server) restAPI() (*rest.API, error) {
 		Execute: s.restExecute, CreateSandbox: s.createSandbox, DeleteFile: s.deleteFile,
 		Ready: s.ready, Principal: s.principal, Authorize: authorize,
 		ExecuteSchema: inputSchema(s.cfg), ResultSchema: outputSchema,
+		Build: s.restBuild, BuildSchema: buildTool(s).RawInputSchema, Environments: s.restEnvironments,
 		// A body is the code (JSON-escaped: up to 6 bytes a byte) and a few fields.
 		MaxBody: 6*int64(x.MaxCodeSize) + 64<<10,
 		MaxFile: int64(s.cfg.Volumes.MaxFileSize),
@@ -166,11 +168,12 @@ func (s *Server) resourceGate(next mcpserver.ResourceHandlerFunc) mcpserver.Reso
 
 // executeRequest is the engine request of execute_python's arguments for
 // the caller in ctx: one builder for MCP and REST.
-func (s *Server) executeRequest(ctx context.Context, a ExecuteArgs) engine.Request {
+func (s *Server) executeRequest(ctx context.Context, a ExecuteArgs, progress func(step, total int, message string)) engine.Request {
 	return engine.Request{
 		Principal: s.principal(ctx), Client: clientName(ctx), RequestID: rest.RequestID(ctx),
 		Code: a.Code, Image: a.CustomImage, Timeout: a.Timeout, Memory: a.Memory,
 		SessionID: a.SessionID, NewSession: a.Backend == BackendJupyter, MCPTools: a.MCPTools,
+		Environment: a.Environment, Progress: progress,
 	}
 }
 
@@ -234,7 +237,7 @@ func (s *Server) restExecute(ctx context.Context, body []byte) (*kernel.Result, 
 	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
-	res, err := s.execute(ectx, s.executeRequest(ctx, args))
+	res, err := s.execute(ectx, s.executeRequest(ctx, args, nil))
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +254,7 @@ func (s *Server) createSandbox(ctx context.Context, image string) (string, error
 	defer s.active.Done()
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
-	res, err := s.execute(ectx, s.executeRequest(ctx, ExecuteArgs{Code: "None", Backend: BackendJupyter, CustomImage: strings.TrimSpace(image)}))
+	res, err := s.execute(ectx, s.executeRequest(ctx, ExecuteArgs{Code: "None", Backend: BackendJupyter, CustomImage: strings.TrimSpace(image)}, nil))
 	if err != nil {
 		return "", err
 	}
@@ -318,4 +321,33 @@ func (s *Server) ready(ctx context.Context) error {
 func jsonString(s string) (string, error) {
 	b, err := json.Marshal(s)
 	return string(b), err
+}
+
+// restBuild is POST /api/v1/environments: build_custom_environment's
+// decoding, the tenant's build bucket, the engine's build.
+func (s *Server) restBuild(ctx context.Context, body []byte) (*build.Result, error) {
+	s.active.Add(1)
+	defer s.active.Done()
+	a, err := DecodeBuildArgs(body)
+	if err != nil {
+		return nil, rest.NewProblem(ctx, http.StatusBadRequest, err.Error())
+	}
+	p := s.principal(ctx)
+	if t, ok := strings.CutPrefix(p.Tenant, auth.TenantPrefix); ok && s.tenants != nil {
+		if err := s.tenants.Build(t); err != nil {
+			s.limited(t, err)
+			return nil, err
+		}
+	}
+	ectx, cancel := s.execContext(ctx)
+	defer cancel()
+	return s.eng.BuildEnvironment(ectx, p, build.Request{
+		Client: "rest", Name: a.Name, Packages: a.Packages, Template: a.Template,
+		BaseImage: a.BaseImage, Description: a.Description,
+	})
+}
+
+// restEnvironments is GET /api/v1/environments.
+func (s *Server) restEnvironments(ctx context.Context) ([]build.Environment, error) {
+	return s.eng.ListEnvironments(ctx, s.principal(ctx))
 }

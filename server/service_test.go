@@ -156,6 +156,9 @@ func TestRESTAuth(t *testing.T) {
 		{"sessions, wrong scope", "GET", "/api/v1/sandboxes", "limited", nil, 403},
 		{"metrics, not admin", "GET", "/metrics", "alice", nil, 403},
 		{"version with token", "GET", "/api/v1/version", "reader", nil, 200},
+		{"environments, wrong scope", "GET", "/api/v1/environments", "alice", nil, 403},
+		{"build, wrong scope", "POST", "/api/v1/environments", "alice", []byte(`{"name": "x", "packages": ["six"]}`), 403},
+		{"environments", "GET", "/api/v1/environments", "ops", nil, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := sv.do(t, tc.method, tc.path, tc.tenant, tc.body)
@@ -228,6 +231,17 @@ func TestRESTExecute(t *testing.T) {
 		t.Errorf("oversized body: got %d %.200s, want 413", r.status, r.body)
 	} else {
 		r.problem(t)
+	}
+}
+
+func TestRESTBuildDecodedAsMCP(t *testing.T) {
+	sv := serveService(t, profiles.TenantsConfig{})
+	for _, body := range []string{`{}`, `{"name": "x"}`, `{"name": "x", "packages": "six"}`, `{"name": "x", "pkgs": []}`} {
+		_, want := DecodeBuildArgs([]byte(body))
+		r := sv.do(t, "POST", "/api/v1/environments", "ops", []byte(body))
+		if r.status != 400 || want == nil || r.problem(t).Detail != want.Error() {
+			t.Errorf("%s: got %d %s, want 400 with %v", body, r.status, r.body, want)
+		}
 	}
 }
 

@@ -52,7 +52,10 @@ Usage:
   forge token   create|ls|revoke                 bearer tokens of the HTTP transport
   forge run     [flags] [-f FILE | CODE | -]      one stateless run
   forge image   ls [--json] | pull REF | import REF | bootstrap [--packages P,..] | rm REF
-  forge gc                                        remove what a crashed forge left behind
+  forge env     build NAME [--template T] [--base IMAGE] PKG... | ls [--json] | show NAME | rm NAME
+                                                  custom environments (forge/custom:NAME)
+  forge gc                                        remove what a crashed forge left behind, and
+                                                  environments unused for environment_builder.gc_age
   forge doctor                                    which kernel features this host has
   forge bench   [--json]                          latency and throughput on this host
   forge version
@@ -117,6 +120,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		"serve":   cmdServe,
 		"run":     cmdRun,
 		"image":   cmdImage,
+		"env":     cmdEnv,
 		"gc":      cmdGC,
 		"doctor":  cmdDoctor,
 		"bench":   cmdBench,

@@ -11,6 +11,7 @@ import (
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
@@ -187,6 +188,14 @@ func cmdGC(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
+	b, err := build.New(build.Options{Store: st, Runtime: rt, Config: cfg, Logger: g.log})
+	if err != nil {
+		return usageError{err}
+	}
+	envs, err := b.GC(ctx, 0)
+	if err != nil {
+		return err
+	}
 	first := rt.Recovered() // opening the runtime already cleaned up
 	fmt.Fprintf(g.stdout, "sandboxes removed: %d, cgroups removed: %d\n", len(first.Sandboxes)+len(rep.Sandboxes), len(first.Cgroups)+len(rep.Cgroups))
 	fmt.Fprintf(g.stdout, "host id leases of dead processes: released %d, still in use %d\n", len(first.Leases)+len(rep.Leases), len(rep.LeasesBusy))
@@ -194,5 +203,7 @@ func cmdGC(ctx context.Context, g *globals, args []string) error {
 		len(srep.DeadProcesses), len(srep.Unmounted), srep.TempBytes)
 	fmt.Fprintf(g.stdout, "agent: directories of other builds removed %d, bytecode of removed images %d\n",
 		len(arep.Dirs), len(arep.Bytecode))
+	fmt.Fprintf(g.stdout, "environments unused for %s removed: %d %s; build containers of dead processes: %d\n",
+		cfg.EnvironmentBuilder.GCAge, len(envs), strings.Join(envs, " "), len(srep.Scratch))
 	return nil
 }

@@ -18,8 +18,9 @@ const imageUsage = `Usage:
   forge image ls [--json]           list images
   forge image pull REF              pull from a registry (docker://NAME:TAG)
   forge image import REF            import an archive or layout: oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE
-  forge image bootstrap [NAME] [--packages P1,P2] [--rebuild]
-                                    build forge/python:3.11 (or, with packages, forge/python-data:3.11) from Debian packages
+  forge image bootstrap [NAME] [--suite bookworm|trixie] [--packages P1,P2] [--rebuild]
+                                    build forge/python:3.11 (or, with packages, forge/python-data:3.11) from Debian packages;
+                                    --suite trixie builds Debian 13's Python, forge/python:3.13
   forge image rm REF                remove an image
 `
 
@@ -113,10 +114,11 @@ func imageBootstrap(ctx context.Context, g *globals, args []string) error {
 	pkgs := fs.String("packages", "", "")
 	rebuild := fs.Bool("rebuild", false, "")
 	mirror := fs.String("mirror", "", "")
+	suite := fs.String("suite", "", "")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 1 {
-		return usagef("image bootstrap: [NAME] [--packages P1,P2] [--rebuild] [--mirror URL]\n\n%s", imageUsage)
+		return usagef("image bootstrap: [NAME] [--suite S] [--packages P1,P2] [--rebuild] [--mirror URL]\n\n%s", imageUsage)
 	}
-	opts := rootfs.BootstrapOptions{Name: fs.Arg(0), Rebuild: *rebuild, Mirror: *mirror, Progress: g.stderr}
+	opts := rootfs.BootstrapOptions{Name: fs.Arg(0), Suite: *suite, Rebuild: *rebuild, Mirror: *mirror, Progress: g.stderr}
 	if *pkgs != "" {
 		for _, p := range strings.Split(*pkgs, ",") {
 			if p = strings.TrimSpace(p); p != "" {
@@ -131,6 +133,9 @@ func imageBootstrap(ctx context.Context, g *globals, args []string) error {
 	defer st.Close()
 	start := time.Now()
 	im, err := st.Bootstrap(ctx, opts)
+	if errors.Is(err, rootfs.ErrUnknownSuite) {
+		return usageError{err}
+	}
 	if err != nil {
 		return err
 	}

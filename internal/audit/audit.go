@@ -33,7 +33,12 @@ const (
 	EventSessionDestroy    = "session.destroy"
 	EventBuildRequest      = "build.request"
 	EventBuildComplete     = "build.complete"
+	EventBuildRefused      = "build.refused"
+	EventBuildFailed       = "build.failed"
 	EventToolCall          = "tool.call"
+	EventEgressAllow       = "egress.allow"   // a connection out of a sandbox, allowed
+	EventEgressDeny        = "egress.deny"    // one refused (policy, address, SNI, limits)
+	EventEgressSummary     = "egress.summary" // counts of a closed egress socket, audited or not
 )
 
 // Severities.

@@ -28,6 +28,8 @@ import (
 const (
 	BaseImage = "forge/python:3.11"
 	DataImage = "forge/python-data:3.11"
+	// TrixieImage is the second Python: Debian 13's (make image-trixie).
+	TrixieImage = "forge/python:3.13"
 )
 
 var shared struct {

@@ -21,6 +21,8 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/bridge"
+	"github.com/mcp-forge/forge/runtime/build"
+	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/pool"
@@ -46,6 +48,8 @@ type Engine struct {
 	log      *slog.Logger
 	audit    *audit.Logger
 	bridge   *bridge.Bridge // nil without mcp_tools
+	egress   *egress.Proxy  // the package index's way out of build sandboxes
+	builder  *build.Builder
 	store    *rootfs.Store
 	rt       *sandbox.Runtime
 	sessions *session.Manager
@@ -59,6 +63,7 @@ type Engine struct {
 	mu       sync.Mutex
 	closed   bool
 	pools    map[string]*pool.Pool // by image
+	poolUsed map[string]time.Time  // by image: last Acquire (environments' pools shrink to zero when idle)
 	inflight atomic.Int64          // executions in flight
 	bg       sync.WaitGroup        // background destroys
 	grants   sessionGrants
@@ -116,6 +121,12 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		}
 	}()
 	removeDeadBridgeDirs(cfg.StateDir, opts.Logger)
+	e.egress = egress.New(egress.Options{Logger: opts.Logger, Audit: opts.Audit})
+	e.builder, err = build.New(build.Options{Store: e.store, Runtime: e.rt, Config: cfg, Seccomp: e.seccomp,
+		Proxy: e.egress, Audit: opts.Audit, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("%w: environment_builder: %w", ErrInvalidRequest, err)
+	}
 	if len(cfg.MCPTools) > 0 {
 		e.bridge, err = bridge.New(ctx, bridge.Options{
 			Servers: bridge.ServersFromConfig(cfg.MCPTools), Logger: opts.Logger, Audit: opts.Audit,
@@ -212,6 +223,12 @@ type Request struct {
 	NewSession bool
 	// MCPTools are the code-mode tools made callable inside the sandbox.
 	MCPTools []string
+	// Environment names a template (environment_builder.templates): the
+	// code runs in its environment, built first if need be. Image must be
+	// empty then; Image may name an environment of the principal itself.
+	Environment string
+	// Progress hears the steps of a build on first use of a template.
+	Progress func(step, total int, message string)
 	// RequestID is the face's id of the request, for the audit log.
 	RequestID string
 }
@@ -227,6 +244,13 @@ type Plan struct {
 // A request can tighten limits, never loosen them. Errors are
 // *RefusedError.
 func (e *Engine) Validate(req Request) (Plan, error) {
+	// An environment's name becomes its image; a template is left for
+	// Execute, which may have to build it.
+	if req.Environment == "" {
+		if err := e.resolveImage(context.Background(), &req); err != nil {
+			return Plan{Image: req.Image}, refuse(err)
+		}
+	}
 	p, err := e.validate(req)
 	return p, refuse(err)
 }
@@ -307,6 +331,9 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 		return nil, err
 	}
 	defer e.inflight.Add(-1)
+	if err := e.resolveImage(ctx, &req); err != nil {
+		return nil, err
+	}
 	plan, err := e.validate(req)
 	if err != nil {
 		return nil, err
@@ -497,7 +524,7 @@ func (e *Engine) Close(grace time.Duration) error {
 		errs = append(errs, p.Close())
 	}
 	e.bg.Wait()
-	errs = append(errs, e.rt.Close(), e.store.Close())
+	errs = append(errs, e.egress.Close(), e.rt.Close(), e.store.Close())
 	if e.bridge != nil {
 		errs = append(errs, e.bridge.Close())
 	}
@@ -516,11 +543,16 @@ func (e *Engine) poolFor(image string) *pool.Pool {
 	if e.closed {
 		return nil
 	}
+	if e.poolUsed == nil {
+		e.poolUsed = make(map[string]time.Time)
+	}
+	e.poolUsed[image] = time.Now()
 	if p, ok := e.pools[image]; ok {
 		return p
 	}
 	if e.pools == nil {
 		e.pools = make(map[string]*pool.Pool)
+		go e.shrinkLoop()
 	}
 	warm := append([]string(nil), pc.WarmModules...)
 	if e.bridge != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
 )
@@ -62,6 +63,16 @@ var refusals = []struct {
 	{session.ErrLimit, RefusedLimit},
 	{session.ErrBusy, RefusedBusy},
 	{ErrBusy, RefusedBusy}, // execution.max_concurrent
+	{build.ErrInvalid, RefusedInvalid},
+	{build.ErrRefused, RefusedInvalid},
+	{build.ErrDisabled, RefusedInvalid},
+	{build.ErrTooLarge, RefusedInvalid},
+	{build.ErrScan, RefusedInvalid},         // critical vulnerabilities in what was asked for
+	{build.ErrUnresolvable, RefusedInvalid}, // a package the index does not have
+	{build.ErrNotFound, RefusedNotFound},
+	{build.ErrRateLimited, RefusedLimit},
+	{build.ErrBusy, RefusedBusy},
+	{build.ErrInUse, RefusedBusy},
 }
 
 // refuse wraps err in a *RefusedError when it is the caller's to fix; other

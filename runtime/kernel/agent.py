@@ -710,6 +710,85 @@ def op_ping(req):
     return {"pong": True}
 
 
+# ---------------------------------------------------------------- egress
+
+# The sandbox has loopback only. With egress, the host serves an HTTP proxy on a unix socket in
+# /run/forge (runtime/egress); this forwarder makes it the loopback proxy 127.0.0.1:PORT that
+# HTTP(S)_PROXY name, for the code and its child processes. Imported only when asked for.
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+_egress = None  # (listening socket, unix socket path)
+
+
+def op_egress(req):
+    global _egress
+    path = req.get("path") or ""
+    if not isinstance(path, str) or (path and not path.startswith("/run/forge/")):
+        raise ProtocolError("egress needs a 'path' under /run/forge, or none to turn it off")
+    if _egress is not None and _egress[1] != path:
+        _egress[0].close()  # the accept thread ends on the closed socket
+        _egress = None
+    if not path:
+        for k in _PROXY_VARS + ("NO_PROXY", "no_proxy"):
+            os.environ.pop(k, None)
+        return {"port": 0}
+    if _egress is None:
+        import socket
+
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(64)
+        _thread.start_new_thread(_egress_accept, (ls, path))
+        _egress = (ls, path)
+    port = _egress[0].getsockname()[1]
+    for k in _PROXY_VARS:
+        os.environ[k] = "http://127.0.0.1:%d" % port
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = ""  # everything goes through the proxy
+    return {"port": port}
+
+
+def _egress_accept(ls, path):
+    while True:
+        try:
+            c, _ = ls.accept()
+        except OSError:
+            return
+        try:
+            _thread.start_new_thread(_egress_pipe, (c, path))
+        except RuntimeError:  # the pids limit: drop this connection, keep serving
+            c.close()
+
+
+def _egress_pipe(c, path):
+    import select
+    import socket
+
+    u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        u.connect(path)
+        peer = {c.fileno(): (c, u), u.fileno(): (u, c)}
+        p = select.poll()
+        for fd in peer:
+            p.register(fd, select.POLLIN)
+        while peer:
+            for fd, _ in p.poll():
+                src, dst = peer[fd]
+                data = src.recv(65536)
+                if data:
+                    dst.sendall(data)
+                    continue
+                p.unregister(fd)
+                del peer[fd]
+                try:
+                    dst.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    finally:
+        c.close()
+        u.close()
+
+
 # ---------------------------------------------------------------- inspect
 
 class _Timeout(BaseException):  # BaseException: reprlib and user code catch Exception
@@ -957,6 +1036,7 @@ OPS = {
     "exec": op_exec,
     "inspect": op_inspect,
     "ping": op_ping,
+    "egress": op_egress,
     "warm": op_warm,
     "pickle_state": op_pickle_state,
     "restore_state": op_restore_state,

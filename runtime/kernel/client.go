@@ -263,6 +263,18 @@ func (c *Client) Warm(ctx context.Context, modules []string) ([]string, error) {
 	return rep.imported, nil
 }
 
+// Egress starts the agent's loopback forwarder to the egress socket at
+// path (inside the sandbox) and points HTTP(S)_PROXY at it for the code
+// and its child processes; it returns the loopback port. An empty path
+// stops it and unsets the variables.
+func (c *Client) Egress(ctx context.Context, path string) (int, error) {
+	rep, err := c.roundTrip(ctx, &request{Op: "egress", Path: path}, nil, 0)
+	if err != nil {
+		return 0, err
+	}
+	return rep.Port, nil
+}
+
 // PickleState pickles every picklable user variable, one by one, into the file at path (a
 // path inside the sandbox, e.g. under /workspace), for hibernating a session.
 func (c *Client) PickleState(ctx context.Context, path string) (*StateReport, error) {

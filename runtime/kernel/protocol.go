@@ -53,6 +53,7 @@ type reply struct {
 	Data         string          `json:"data"`      // read_file
 	Size         int64           `json:"size"`      // read_file, write_file
 	RawFiles     json.RawMessage `json:"files"`     // list_files
+	Port         int             `json:"port"`      // egress
 
 	// Decoded and checked by validate, for the op that was asked.
 	value     any // Result, numbers as json.Number
@@ -203,6 +204,10 @@ func (r *reply) validate(req *request) error {
 			return err
 		}
 		r.failed, err = decodeList(r.RawFailed, maxStateNames, req.Op+" failed", checkName(req.Op+" name"))
+	case "egress":
+		if (req.Path == "") != (r.Port == 0) || r.Port < 0 || r.Port > 65535 {
+			return protocolErrorf(nil, "egress reply with port %d", r.Port)
+		}
 	case "list_files":
 		r.files, err = decodeList(r.RawFiles, maxListFiles, "list_files entries", func(f *FileInfo) error {
 			return checkLen("list_files path", f.Path, maxPathBytes)

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/seccomp"
@@ -305,6 +306,22 @@ type Config struct {
 	// OnDestroy runs exactly once after the sandbox is destroyed, or when
 	// Start fails (releasing the image mount it used, for instance).
 	OnDestroy func()
+	// Binds are extra host paths mounted into the sandbox. Only builds of
+	// custom environments use them (the uv binary read-only, the uv cache
+	// and the target directory read-write); their mount points must exist
+	// in the rootfs.
+	Binds []Bind
+	// Egress, when set (with a policy that allows something), is given to
+	// the sandbox once its agent is up, as SetEgress does; it needs
+	// BridgeDir. Pooled sandboxes get theirs later, per request, with
+	// SetEgress.
+	Egress *Egress
+}
+
+// Bind is one host path mounted into a build sandbox.
+type Bind struct {
+	Source, Destination string
+	Writable            bool
 }
 
 func (c *Config) setDefaults(blockSize uint32) error {
@@ -359,6 +376,13 @@ func (r *Runtime) spec(id string, cfg *Config, ids idmap.Range, argv []string) (
 	if cfg.BridgeDir != "" {
 		opts = append(opts, WithReadOnlyBind(cfg.BridgeDir, BridgeMountPoint))
 	}
+	for _, b := range cfg.Binds {
+		if b.Writable {
+			opts = append(opts, WithWritableBind(b.Source, b.Destination))
+		} else {
+			opts = append(opts, WithReadOnlyBind(b.Source, b.Destination))
+		}
+	}
 	return NewSpec(opts...)
 }
 
@@ -387,6 +411,9 @@ type Sandbox struct {
 	killReason atomic.Pointer[string]
 	// seen are the cgroup's event counters after the last run (Exec's goroutine only).
 	seen struct{ oomKills, pidsHits uint64 }
+
+	egressMu sync.Mutex
+	egress   *egress.Listener // nil without egress
 
 	mu        sync.Mutex
 	limits    cgroups.Limits // in force
@@ -419,6 +446,14 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	}
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Egress != nil {
+		if err := s.SetEgress(ctx, cfg.Egress); err != nil {
+			s.onDestroy = onDestroy
+			onDestroy = nil // Destroy runs it
+			_ = s.Destroy()
+			return nil, err
+		}
 	}
 	s.onDestroy = onDestroy
 	return s, nil
@@ -895,6 +930,7 @@ func (s *Sandbox) Destroy() error {
 	if s.client != nil {
 		s.client.Close()
 	}
+	s.closeEgress()
 	defer s.rt.untrack(s)
 	if s.onDestroy != nil {
 		defer s.onDestroy()

@@ -172,6 +172,20 @@ func WithReadOnlyBind(src, dst string) SpecOpt {
 	}
 }
 
+// WithWritableBind bind-mounts a host path read-write: a build's uv cache
+// and its target directory, never a path of a sandbox that runs user code
+// for a request.
+func WithWritableBind(src, dst string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if src == "" || !strings.HasPrefix(dst, "/") {
+			return fmt.Errorf("bind %q at %q: %w", src, dst, ErrInvalidConfig)
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{Destination: dst, Type: "bind", Source: src,
+			Options: []string{"rbind", "nosuid", "nodev", "rw"}})
+		return nil
+	}
+}
+
 // WithResources sets the cgroup limits.
 func WithResources(r *specs.LinuxResources) SpecOpt {
 	return func(s *specs.Spec) error {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
 )
@@ -113,7 +114,56 @@ type fileOutput struct {
 
 type filesOutput struct{ Body []kernel.FileInfo }
 
+type buildInput struct {
+	// Body is build_custom_environment's arguments, decoded as over MCP.
+	Body json.RawMessage
+}
+
+// BuiltEnvironment is a build's outcome (build.Result; renamed so that its
+// schema does not clash with the ExecutionResult's).
+type BuiltEnvironment build.Result
+
+type buildOutput struct{ Body *BuiltEnvironment }
+
+type environmentsOutput struct{ Body []build.Environment }
+
+func (a *API) registerEnvironments() {
+	o := &a.opts
+	if o.Build == nil || o.Environments == nil {
+		return
+	}
+	op := a.op("buildEnvironment", http.MethodPost, Prefix+"/environments", "Build a custom environment (build_custom_environment)", scopeEnvs,
+		http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusRequestEntityTooLarge)
+	op.SkipValidateBody = true
+	op.Description += " The body is build_custom_environment's arguments; a build may take minutes."
+	huma.Register(a.api, op, func(ctx context.Context, in *buildInput) (*buildOutput, error) {
+		if err := a.authorize(ctx, scopeEnvs); err != nil {
+			return nil, err
+		}
+		res, err := o.Build(ctx, in.Body)
+		if err != nil {
+			return nil, problem(ctx, err)
+		}
+		return &buildOutput{Body: (*BuiltEnvironment)(res)}, nil
+	})
+	huma.Register(a.api, a.op("listEnvironments", http.MethodGet, Prefix+"/environments", "The caller's custom environments", scopeEnvs),
+		func(ctx context.Context, _ *struct{}) (*environmentsOutput, error) {
+			if err := a.authorize(ctx, scopeEnvs); err != nil {
+				return nil, err
+			}
+			envs, err := o.Environments(ctx)
+			if err != nil {
+				return nil, problem(ctx, err)
+			}
+			if envs == nil {
+				envs = []build.Environment{}
+			}
+			return &environmentsOutput{Body: envs}, nil
+		})
+}
+
 func (a *API) register() {
+	a.registerEnvironments()
 	o := &a.opts
 	huma.Register(a.api, a.op("healthz", http.MethodGet, "/healthz", "Alive", ""),
 		func(ctx context.Context, _ *struct{}) (*healthOutput, error) {

@@ -36,6 +36,13 @@ func (a *API) document() ([]byte, error) {
 	post := dig(paths, Prefix+"/execute", "post")
 	setSchema(dig(post, "requestBody", "content", "application/json"), in)
 	setSchema(dig(post, "responses", "200", "content", "application/json"), out)
+	if len(a.opts.BuildSchema) > 0 {
+		var b any
+		if err := json.Unmarshal(a.opts.BuildSchema, &b); err != nil {
+			return nil, fmt.Errorf("build schema: %w", err)
+		}
+		setSchema(dig(paths, Prefix+"/environments", "post", "requestBody", "content", "application/json"), b)
+	}
 	// A file is its bytes, not JSON.
 	if ok := dig(paths, Prefix+"/sessions/{id}/files/{path}", "get", "responses", "200"); ok != nil {
 		ok["content"] = map[string]any{"application/octet-stream": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}

@@ -21,6 +21,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
 	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
@@ -61,6 +62,12 @@ type Options struct {
 	// ExecuteSchema and ResultSchema are execute_python's input and output
 	// JSON Schemas, shown in the OpenAPI document for /execute.
 	ExecuteSchema, ResultSchema json.RawMessage
+	// Build runs a POST /environments body: build_custom_environment's
+	// decoding and checks; BuildSchema is that tool's input schema.
+	Build       func(ctx context.Context, body []byte) (*build.Result, error)
+	BuildSchema json.RawMessage
+	// Environments lists the caller's environments.
+	Environments func(ctx context.Context) ([]build.Environment, error)
 	// MaxBody bounds JSON bodies; MaxFile bounds uploaded files.
 	MaxBody, MaxFile int64
 }
@@ -145,6 +152,21 @@ func problem(ctx context.Context, err error) error {
 	case errors.Is(err, engine.ErrClosed):
 		return NewProblem(ctx, http.StatusServiceUnavailable, err.Error())
 	}
+	var brl *build.RateLimitError
+	switch {
+	case errors.As(err, &brl):
+		return NewProblem(ctx, http.StatusTooManyRequests, err.Error()).WithRetryAfter(int(brl.RetryAfter.Seconds()) + 1)
+	case errors.Is(err, build.ErrBusy):
+		return NewProblem(ctx, http.StatusServiceUnavailable, err.Error()).WithRetryAfter(5)
+	case errors.Is(err, build.ErrInvalid), errors.Is(err, build.ErrRefused), errors.Is(err, build.ErrDisabled):
+		return NewProblem(ctx, http.StatusBadRequest, err.Error())
+	case errors.Is(err, build.ErrNotFound):
+		return NewProblem(ctx, http.StatusNotFound, err.Error())
+	case errors.Is(err, build.ErrInstall), errors.Is(err, build.ErrUnresolvable), errors.Is(err, build.ErrTimeout),
+		errors.Is(err, build.ErrTooLarge), errors.Is(err, build.ErrScan):
+		// The packages asked for could not make an environment.
+		return NewProblem(ctx, http.StatusUnprocessableEntity, err.Error())
+	}
 	return NewProblem(ctx, http.StatusInternalServerError, "forge failed (not the request's fault): "+err.Error())
 }
 
@@ -159,4 +181,5 @@ func (a *API) authorize(ctx context.Context, scope string) error {
 const (
 	scopeExecute  = profiles.ScopeExecute
 	scopeSessions = profiles.ScopeSessions
+	scopeEnvs     = profiles.ScopeEnvironments
 )

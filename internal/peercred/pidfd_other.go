@@ -1,6 +1,6 @@
 //go:build !(amd64 || arm64 || 386 || arm || riscv64 || loong64)
 
-package bridge
+package peercred
 
 // soPeerPidfd is unknown here: peers are checked by pid alone.
 const soPeerPidfd = 0

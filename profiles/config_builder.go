@@ -1,0 +1,36 @@
+package profiles
+
+// EnvironmentBuilderConfig configures custom environments: build_custom_environment,
+// forge env and execute_python's environment templates.
+type EnvironmentBuilderConfig struct {
+	Enabled               bool                `yaml:"enabled" doc:"Offer the build_custom_environment tool and build templates on first use. forge env build works without it (the person at the terminal decides)."`
+	BaseImage             string              `yaml:"base_image" doc:"Image a build starts from when the request names none; empty means images.default. Must match images.allowed."`
+	IndexURL              string              `yaml:"index_url" doc:"PEP 503 simple index builds install from. Builds reach it only through forge's egress proxy, which allows the index's host and environment_builder.index_hosts, nothing else."`
+	IndexHosts            []string            `yaml:"index_hosts" doc:"More hosts (or egress rules) the proxy allows during a build, where the index keeps its files (files.pythonhosted.org for PyPI)."`
+	CABundle              string              `yaml:"ca_bundle" doc:"Absolute path of a PEM bundle of CA certificates that builds trust for the index (SSL_CERT_FILE), mounted read-only into builds; for an index behind a TLS-inspecting proxy or with a private CA. Empty: the installer's built-in roots."`
+	Wheelhouse            string              `yaml:"wheelhouse" doc:"Absolute path of a directory of wheels mounted read-only into builds and searched first (--find-links); empty means none."`
+	Offline               bool                `yaml:"offline" doc:"Install only from environment_builder.wheelhouse (--no-index --offline); builds get no network at all."`
+	AllowedPackages       []string            `yaml:"allowed_packages" doc:"Package name patterns (shell wildcards on PEP 503 normalized names) a build may install; \"*\" allows any. Must not be empty when enabled."`
+	AllowedPackagesFiles  []string            `yaml:"allowed_packages_files" doc:"Absolute paths of files with more allowed patterns, one a line (# comments)."`
+	BlockedPackages       []string            `yaml:"blocked_packages" doc:"Package name patterns a build may never install, whatever else allows them."`
+	BlockedPackagesFiles  []string            `yaml:"blocked_packages_files" doc:"Absolute paths of files with more blocked patterns, one a line."`
+	ApprovalPackages      []string            `yaml:"approval_packages" doc:"Package name patterns that need a person's approval: a build asking for one is refused with a message naming environment_builder.approved_packages."`
+	ApprovedPackages      []string            `yaml:"approved_packages" doc:"Packages (names or patterns) approved despite environment_builder.approval_packages."`
+	AllowDirectReferences bool                `yaml:"allow_direct_references" doc:"Allow URL, path and VCS requirements (name @ https://...). Off: only names and version specifiers from the index."`
+	MaxPackages           int                 `yaml:"max_packages" doc:"Most packages one build may ask for (template packages included)."`
+	Templates             map[string]Template `yaml:"templates" doc:"Named package lists: execute_python's environment field and build_custom_environment's template expand to them; a template is built on first use when enabled is true."`
+	BuildsPerPeriod       int                 `yaml:"builds_per_period" doc:"Builds one principal may start per environment_builder.rate_period (cache hits do not count); 0 means unlimited."`
+	RatePeriod            Duration            `yaml:"rate_period" doc:"Window of environment_builder.builds_per_period."`
+	MaxConcurrent         int                 `yaml:"max_concurrent" doc:"Builds running at once; another build is refused with a retry hint."`
+	BuildTimeout          Duration            `yaml:"build_timeout" doc:"Wall-clock limit of one build; a build over it is killed and leaves nothing behind."`
+	MaxImageSize          Size                `yaml:"max_image_size" doc:"Largest layer a build may add to its base image (uncompressed)."`
+	BuildMemory           Size                `yaml:"build_memory" doc:"Memory limit of a build sandbox (the installer, and /tmp, which is memory)."`
+	Scanner               string              `yaml:"scanner" doc:"Vulnerability scanner run on each new environment: auto (pip-audit, trivy or grype, whichever is on PATH), none, one of those names, or the absolute path of one. A critical finding (or, from pip-audit, any finding: it gives no severity) rejects the build, naming it."`
+	GCAge                 Duration            `yaml:"gc_age" doc:"forge gc removes environments unused for this long; 0 keeps them."`
+}
+
+// Template is a named package list.
+type Template struct {
+	Packages    []string `yaml:"packages" doc:"PEP 508 requirements."`
+	Description string   `yaml:"description" doc:"What the template is for, shown in forge://environments/list."`
+}

@@ -1,0 +1,785 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/internal/peercred"
+)
+
+// SocketName is a sandbox's egress socket inside its bridge directory, and
+// SandboxSocketPath where the sandbox sees it (the directory is mounted at
+// /run/forge, which every base image's skeleton has).
+const (
+	SocketName        = "egress.sock"
+	SandboxSocketPath = "/run/forge/" + SocketName
+)
+
+// Defaults of Options' zero fields.
+const (
+	DefaultMaxTunnels     = 16
+	DefaultMaxHeaderBytes = 16 << 10
+	DefaultHeaderTimeout  = 10 * time.Second
+	DefaultResolveTimeout = 5 * time.Second
+	DefaultDialTimeout    = 10 * time.Second
+	DefaultHelloTimeout   = 10 * time.Second
+	DefaultIdleTimeout    = 5 * time.Minute
+	DefaultMaxAudited     = 50
+)
+
+// maxHello caps the bytes read while looking for a ClientHello's SNI (a
+// hello with post-quantum key shares is ~2 KiB; a record is at most 16 KiB).
+const maxHello = 64 << 10
+
+// Who is what the audit log says about a socket's connections.
+type Who struct {
+	SandboxID string
+	SessionID string // "" for a stateless run or a build
+	Principal string // the tenant the sandbox runs for
+	Purpose   string // "execute", "build", ...
+}
+
+// Sandbox is what Serve needs of the sandbox it serves (*sandbox.Sandbox
+// is one).
+type Sandbox interface {
+	ID() string
+	// BridgeDir is the host directory mounted at /run/forge in this
+	// sandbox and no other; the socket is made there.
+	BridgeDir() string
+	peercred.Owner
+}
+
+// Auditor receives audit events; *audit.Logger is one.
+type Auditor interface {
+	Log(audit.Event)
+}
+
+// Options configure a Proxy.
+type Options struct {
+	Logger *slog.Logger // nil: discard
+	Audit  Auditor      // nil: nothing is audited
+	// Resolver resolves names; nil means net.DefaultResolver (the host's).
+	Resolver *net.Resolver
+	// MaxTunnels caps one sandbox's concurrent connections.
+	MaxTunnels int
+	// MaxHeaderBytes caps a request's line and headers.
+	MaxHeaderBytes int
+	// Timeouts of each phase: reading the request, resolving, connecting,
+	// the first bytes of a tunnel (the TLS ClientHello), and a connection
+	// with no traffic either way.
+	HeaderTimeout, ResolveTimeout, DialTimeout, HelloTimeout, IdleTimeout time.Duration
+	// MaxAudited caps the allow and the deny events audited one by one per
+	// socket; later ones are counted, and the counts audited at Close.
+	MaxAudited int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Audit == nil {
+		o.Audit = audit.Discard()
+	}
+	if o.Resolver == nil {
+		o.Resolver = net.DefaultResolver
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.MaxTunnels, DefaultMaxTunnels)
+	def(&o.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	def(&o.MaxAudited, DefaultMaxAudited)
+	for _, t := range []struct {
+		v *time.Duration
+		d time.Duration
+	}{{&o.HeaderTimeout, DefaultHeaderTimeout}, {&o.ResolveTimeout, DefaultResolveTimeout}, {&o.DialTimeout, DefaultDialTimeout},
+		{&o.HelloTimeout, DefaultHelloTimeout}, {&o.IdleTimeout, DefaultIdleTimeout}} {
+		if *t.v <= 0 {
+			*t.v = t.d
+		}
+	}
+	return o
+}
+
+// Proxy is forge's egress proxy: one per forge process, serving one socket
+// per sandbox that has egress. It is safe for concurrent use.
+type Proxy struct {
+	opts Options
+
+	mu        sync.Mutex
+	closed    bool
+	listeners map[*Listener]struct{}
+}
+
+// New returns a proxy; it listens on nothing until Serve.
+func New(opts Options) *Proxy {
+	return &Proxy{opts: opts.withDefaults(), listeners: map[*Listener]struct{}{}}
+}
+
+// Close closes every socket.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	ls := make([]*Listener, 0, len(p.listeners))
+	for l := range p.listeners {
+		ls = append(ls, l)
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, l := range ls {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Listener is one sandbox's egress socket.
+type Listener struct {
+	p    *Proxy
+	sb   Sandbox
+	who  Who
+	path string
+	ln   *net.UnixListener
+	pol  atomic.Pointer[Policy]
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	// counts of this socket's connections, for the capped audit
+	allowed, denied, refused int
+}
+
+// Serve listens on <sb.BridgeDir()>/egress.sock, owned by the sandbox
+// user's host uid/gid with mode 0600, and proxies for the sandbox under
+// pol. Only connections whose peer (SO_PEERCRED) is a live process of sb
+// running as that user are served; others are closed and audited as a
+// security violation. Close the Listener when the sandbox goes; a
+// directory has at most one live egress socket.
+func (p *Proxy) Serve(sb Sandbox, pol Policy, who Who) (_ *Listener, retErr error) {
+	dir := sb.BridgeDir()
+	if dir == "" {
+		return nil, fmt.Errorf("egress socket of sandbox %s: the sandbox has no bridge directory (sandbox.Config.BridgeDir)", sb.ID())
+	}
+	if who.SandboxID == "" {
+		who.SandboxID = sb.ID()
+	}
+	l := &Listener{p: p, sb: sb, who: who, path: filepath.Join(dir, SocketName), conns: map[net.Conn]struct{}{}}
+	pol = pol.normalize()
+	l.pol.Store(&pol)
+	var err error
+	if l.ln, err = listen(dir, l.path, sb.HostUID(), sb.HostGID()); err != nil {
+		return nil, fmt.Errorf("egress socket of sandbox %s: %w", sb.ID(), err)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		l.ln.Close()
+		_ = removeSocket(l.path)
+		return nil, ErrClosed
+	}
+	p.listeners[l] = struct{}{}
+	p.mu.Unlock()
+	l.wg.Go(l.serve)
+	p.opts.Logger.Debug("egress: serving", "sandbox", who.SandboxID, "policy", pol.String(), "socket", l.path)
+	return l, nil
+}
+
+// SocketPath is the socket's host path.
+func (l *Listener) SocketPath() string { return l.path }
+
+// Policy is the policy in force.
+func (l *Listener) Policy() Policy { return *l.pol.Load() }
+
+// SetPolicy replaces the policy for new connections (a session whose
+// request narrowed its policy); open ones keep what they were allowed.
+func (l *Listener) SetPolicy(pol Policy) {
+	pol = pol.normalize()
+	l.pol.Store(&pol)
+}
+
+// SetWho replaces what the audit says about later connections (a pooled
+// sandbox handed to another request).
+func (l *Listener) SetWho(who Who) {
+	l.mu.Lock()
+	if who.SandboxID == "" {
+		who.SandboxID = l.sb.ID()
+	}
+	l.who = who
+	l.mu.Unlock()
+}
+
+// Close stops the socket, ends its connections, removes it and audits
+// the socket's counts. It is idempotent.
+func (l *Listener) Close() error {
+	l.p.mu.Lock()
+	delete(l.p.listeners, l)
+	l.p.mu.Unlock()
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	for c := range l.conns {
+		c.Close()
+	}
+	l.mu.Unlock()
+	err := l.ln.Close()
+	l.wg.Wait()
+	if rerr := removeSocket(l.path); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	l.mu.Lock()
+	allowed, denied, refused, who := l.allowed, l.denied, l.refused, l.who
+	l.mu.Unlock()
+	if allowed+denied+refused > 0 {
+		l.p.opts.Audit.Log(audit.Event{Event: audit.EventEgressSummary, SandboxID: who.SandboxID, SessionID: who.SessionID,
+			Principal: who.Principal, Fields: map[string]any{"allowed": allowed, "denied": denied, "refused_peers": refused,
+				"audited_max": l.p.opts.MaxAudited, "purpose": who.Purpose}})
+	}
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (l *Listener) serve() {
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				l.p.opts.Logger.Warn("egress: accept", "sandbox", l.who.SandboxID, "err", err)
+			}
+			return
+		}
+		if !l.admit(c) {
+			continue
+		}
+		if !l.track(c) {
+			continue
+		}
+		l.wg.Go(func() { l.handle(c) })
+	}
+}
+
+// admit checks that the peer is a process of the sandbox, as the bridge
+// does for its socket.
+func (l *Listener) admit(c net.Conn) bool {
+	p, err := peercred.Of(c)
+	defer p.Close()
+	if err == nil {
+		err = p.Check(l.sb)
+	}
+	if err == nil {
+		return true
+	}
+	c.Close()
+	l.mu.Lock()
+	l.refused++
+	n, who := l.refused, l.who
+	l.mu.Unlock()
+	if n > l.p.opts.MaxAudited {
+		return false
+	}
+	ev := audit.Event{Event: audit.EventSecurityViolation, SandboxID: who.SandboxID, SessionID: who.SessionID, Principal: who.Principal,
+		Reason: "connection to the sandbox's egress socket from outside the sandbox refused: " + err.Error(),
+		Fields: map[string]any{"peer_pid": p.PID, "peer_uid": p.UID, "peer_gid": p.GID}}
+	if n == l.p.opts.MaxAudited {
+		ev.Reason = fmt.Sprintf("%d connections to the egress socket from outside the sandbox refused; further ones are refused without audit", n)
+	}
+	l.p.opts.Audit.Log(ev)
+	l.p.opts.Logger.Warn("egress: refused a connection from outside the sandbox", "sandbox", who.SandboxID, "peer_pid", p.PID, "err", err)
+	return false
+}
+
+// track registers c, or refuses it when the socket is closed or has
+// MaxTunnels connections already.
+func (l *Listener) track(c net.Conn) bool {
+	l.mu.Lock()
+	full := !l.closed && len(l.conns) >= l.p.opts.MaxTunnels
+	if !l.closed && !full {
+		l.conns[c] = struct{}{}
+		l.mu.Unlock()
+		return true
+	}
+	l.mu.Unlock()
+	if full {
+		ev := event{reason: fmt.Sprintf("more than %d concurrent connections from this sandbox", l.p.opts.MaxTunnels)}
+		l.deny(c, ev, http.StatusServiceUnavailable)
+	}
+	c.Close()
+	return false
+}
+
+// event is what one connection's audit entry says.
+type event struct {
+	method, host string
+	port         int
+	addr         string // the address connected to
+	rule         string // the rule that allowed the host
+	reason       string // why it was denied
+}
+
+func (l *Listener) audit(allowed bool, e event) {
+	l.mu.Lock()
+	n := &l.denied
+	if allowed {
+		n = &l.allowed
+	}
+	*n++
+	c, who := *n, l.who
+	l.mu.Unlock()
+	max := l.p.opts.MaxAudited
+	if c > max {
+		return
+	}
+	ev := audit.Event{Event: audit.EventEgressDeny, Severity: audit.SeverityWarning, SandboxID: who.SandboxID,
+		SessionID: who.SessionID, Principal: who.Principal, Reason: e.reason,
+		Fields: map[string]any{"host": clip(e.host, 253), "port": e.port, "method": e.method, "purpose": who.Purpose}}
+	if allowed {
+		ev.Event, ev.Severity = audit.EventEgressAllow, audit.SeverityInfo
+	}
+	if e.addr != "" {
+		ev.Fields["address"] = e.addr
+	}
+	if e.rule != "" {
+		ev.Fields["rule"] = e.rule
+	}
+	if c == max {
+		kind := "denied"
+		if allowed {
+			kind = "allowed"
+		}
+		ev.Fields["further_not_audited"] = true
+		ev.Reason = strings.TrimSpace(fmt.Sprintf("%s (%d connections %s: later ones on this socket are only counted, in the egress.summary event at its close)", e.reason, c, kind))
+	}
+	l.p.opts.Audit.Log(ev)
+}
+
+// deny audits a refused request and answers it with status and the reason.
+func (l *Listener) deny(c net.Conn, e event, status int) {
+	l.audit(false, e)
+	l.p.opts.Logger.Debug("egress: denied", "sandbox", l.who.SandboxID, "host", clip(e.host, 253), "port", e.port, "reason", e.reason)
+	if status != 0 {
+		writeStatus(c, status, "forge egress: "+e.reason)
+	}
+}
+
+func writeStatus(c net.Conn, status int, msg string) {
+	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	msg += "\n"
+	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), len(msg), msg)
+}
+
+// handle serves one connection: one CONNECT tunnel, or one plain-HTTP
+// request with an absolute URI (answered with Connection: close).
+func (l *Listener) handle(c net.Conn) {
+	defer func() {
+		if r := recover(); r != nil {
+			l.p.opts.Logger.Error("egress: panic serving a sandbox", "sandbox", l.who.SandboxID, "panic", r, "stack", string(debug.Stack()))
+		}
+		l.mu.Lock()
+		delete(l.conns, c)
+		l.mu.Unlock()
+		c.Close()
+	}()
+	o := l.p.opts
+	_ = c.SetReadDeadline(time.Now().Add(o.HeaderTimeout))
+	lim := &headerLimit{r: c, n: o.MaxHeaderBytes}
+	br := bufio.NewReaderSize(lim, 4<<10)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		e := event{reason: "malformed proxy request"}
+		status := http.StatusBadRequest
+		switch {
+		case lim.n <= 0:
+			e.reason, status = fmt.Sprintf("request headers larger than %d bytes", o.MaxHeaderBytes), http.StatusRequestHeaderFieldsTooLarge
+		case isTimeout(err):
+			e.reason, status = fmt.Sprintf("no complete request within %s", o.HeaderTimeout), http.StatusRequestTimeout
+		case errors.Is(err, io.EOF):
+			return // connected and went away: nothing asked, nothing to audit
+		}
+		l.deny(c, e, status)
+		return
+	}
+	lim.n = -1 // the body and the tunnel are not headers
+	e := event{method: req.Method}
+	host, port, err := target(req)
+	e.host, e.port = host, port
+	if err != nil {
+		e.reason = err.Error()
+		l.deny(c, e, http.StatusBadRequest)
+		return
+	}
+	up, status := l.connect(&e)
+	if up == nil {
+		l.deny(c, e, status)
+		return
+	}
+	defer up.Close()
+	if req.Method == http.MethodConnect {
+		l.tunnel(c, br, up, e)
+	} else {
+		l.forward(c, req, up, e)
+	}
+}
+
+// headerLimit fails reads past n bytes while n >= 0 (the request's
+// headers); n < 0 lifts it.
+type headerLimit struct {
+	r io.Reader
+	n int
+}
+
+func (h *headerLimit) Read(p []byte) (int, error) {
+	if h.n < 0 {
+		return h.r.Read(p)
+	}
+	if h.n == 0 {
+		return 0, errors.New("header limit reached")
+	}
+	if len(p) > h.n {
+		p = p[:h.n]
+	}
+	n, err := h.r.Read(p)
+	h.n -= n
+	return n, err
+}
+
+// target is the host (canonical: a lower-case name or an IP) and port a
+// request asks for.
+func target(req *http.Request) (string, int, error) {
+	hostport := req.Host
+	defPort := 0
+	if req.Method != http.MethodConnect {
+		if !req.URL.IsAbs() || req.URL.Scheme != "http" {
+			return "", 0, fmt.Errorf("a proxy request needs an absolute http:// URI, or CONNECT host:port for anything else (got %.100q)", req.RequestURI)
+		}
+		hostport, defPort = req.URL.Host, 80
+	}
+	h, p, err := net.SplitHostPort(hostport)
+	if err != nil && defPort != 0 {
+		h, p, err = strings.Trim(hostport, "[]"), strconv.Itoa(defPort), nil
+	}
+	if err != nil {
+		return clip(hostport, 253), 0, fmt.Errorf("want host:port, got %.100q", hostport)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return clip(h, 253), 0, fmt.Errorf("port %.20q is not a number in 1-65535", p)
+	}
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Zone() != "" {
+			return clip(h, 253), port, errors.New("an IPv6 zone is not allowed")
+		}
+		return a.Unmap().String(), port, nil
+	}
+	name := strings.ToLower(strings.TrimSuffix(h, "."))
+	if err := checkName(name); err != nil {
+		return clip(h, 253), port, fmt.Errorf("bad host: %w", err)
+	}
+	return name, port, nil
+}
+
+// connect checks the policy, resolves the host and connects to the first
+// permitted address that answers. On failure it returns nil, the status to
+// answer with, and e.reason set.
+func (l *Listener) connect(e *event) (net.Conn, int) {
+	o := l.p.opts
+	pol := l.Policy()
+	rule, ok := pol.allowsHost(e.host, e.port)
+	if !ok {
+		e.reason = fmt.Sprintf("%s is not allowed by this sandbox's egress policy (%s)", net.JoinHostPort(e.host, strconv.Itoa(e.port)), describe(pol))
+		return nil, http.StatusForbidden
+	}
+	e.rule = rule.String()
+	ctx, cancel := context.WithTimeout(context.Background(), o.ResolveTimeout)
+	addrs, err := l.resolve(ctx, e.host)
+	cancel()
+	if err != nil {
+		e.reason = fmt.Sprintf("resolving %s: %v", e.host, trimDNSError(err))
+		return nil, http.StatusBadGateway
+	}
+	var ok2 []netip.Addr
+	var why []string
+	for _, a := range addrs {
+		r := specialReason(a)
+		if r == "" || rule.Private || pol.allowsAddr(a, e.port) {
+			ok2 = append(ok2, a)
+		} else {
+			why = append(why, fmt.Sprintf("%s (%s)", a, r))
+		}
+	}
+	if len(ok2) == 0 {
+		e.reason = fmt.Sprintf("%s resolves only to addresses the policy does not name: %s; allow them with an IP or CIDR rule, or mark the host rule !private",
+			e.host, strings.Join(why, ", "))
+		return nil, http.StatusForbidden
+	}
+	d := net.Dialer{Timeout: o.DialTimeout}
+	deadline := time.Now().Add(o.DialTimeout)
+	var errs []error
+	for _, a := range ok2 {
+		dctx, cancel := context.WithDeadline(context.Background(), deadline)
+		c, err := d.DialContext(dctx, "tcp", netip.AddrPortFrom(a, uint16(e.port)).String())
+		cancel()
+		if err == nil {
+			e.addr = a.String()
+			return c, 0
+		}
+		errs = append(errs, err)
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	e.reason = fmt.Sprintf("connecting to %s: %v", e.host, errors.Join(errs...))
+	return nil, http.StatusBadGateway
+}
+
+func (l *Listener) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	addrs, err := l.p.opts.Resolver.LookupNetIP(ctx, "ip", host)
+	if err == nil && len(addrs) == 0 {
+		err = errors.New("no addresses")
+	}
+	return addrs, err
+}
+
+func trimDNSError(err error) error {
+	var de *net.DNSError
+	if errors.As(err, &de) {
+		if de.IsNotFound {
+			return errors.New("no such host")
+		}
+		if de.IsTimeout {
+			return errors.New("timed out")
+		}
+		return errors.New(de.Err)
+	}
+	return err
+}
+
+// tunnel answers a CONNECT, checks the first bytes the client sends (a TLS
+// ClientHello must name the CONNECT host; port 443 must carry TLS), then
+// pipes both ways.
+func (l *Listener) tunnel(c net.Conn, br *bufio.Reader, up net.Conn, e event) {
+	o := l.p.opts
+	_ = c.SetWriteDeadline(time.Now().Add(o.HeaderTimeout))
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	// The server's bytes may flow at once (protocols where it speaks
+	// first); the client's wait for the check.
+	idle := newIdle(o.IdleTimeout)
+	down := make(chan struct{})
+	go func() {
+		defer close(down)
+		idle.copy(c, up, up)
+		_ = c.(*net.UnixConn).CloseWrite()
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(o.HelloTimeout))
+	head, reason := checkHello(br, e.host, e.port)
+	if reason != "" {
+		e.reason = reason
+		l.deny(c, e, 0)
+		up.Close()
+		<-down
+		return
+	}
+	l.audit(true, e)
+	l.p.opts.Logger.Debug("egress: tunnel", "sandbox", l.who.SandboxID, "host", e.host, "port", e.port, "address", e.addr)
+	if _, err := up.Write(head); err == nil {
+		idle.copy(up, br, c)
+	}
+	if tc, ok := up.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	<-down
+}
+
+// forward sends one plain-HTTP request upstream in origin form, without
+// the proxy's and the hop-by-hop headers, and pipes the response back.
+func (l *Listener) forward(c net.Conn, req *http.Request, up net.Conn, e event) {
+	l.audit(true, e)
+	for _, f := range req.Header.Values("Connection") {
+		for name := range strings.SplitSeq(f, ",") {
+			req.Header.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, h := range []string{"Connection", "Proxy-Connection", "Proxy-Authorization", "Keep-Alive", "Upgrade", "Te", "Trailer"} {
+		req.Header.Del(h)
+	}
+	req.RequestURI = ""
+	req.Close = true
+	idle := newIdle(l.p.opts.IdleTimeout)
+	_ = c.SetReadDeadline(time.Time{})
+	_ = up.SetWriteDeadline(time.Now().Add(l.p.opts.IdleTimeout))
+	if err := req.Write(up); err != nil {
+		writeStatus(c, http.StatusBadGateway, "forge egress: sending the request upstream: "+err.Error())
+		return
+	}
+	idle.copy(c, up, up)
+}
+
+// checkHello reads the tunnel's first bytes. A TLS ClientHello must carry
+// an SNI equal to host (for an IP host, none, or the IP); anything else on
+// port 443 is refused. It returns the bytes read, to send upstream first,
+// or why the tunnel is refused.
+func checkHello(br *bufio.Reader, host string, port int) ([]byte, string) {
+	first, err := br.Peek(1)
+	switch {
+	case err != nil && isTimeout(err) && port != 443:
+		return nil, "" // a protocol where the server speaks first
+	case err != nil:
+		return nil, fmt.Sprintf("tunnel closed before the client's first bytes: %v", err)
+	case first[0] != recordTypeHandshake && port == 443:
+		return nil, "tunnel to port 443 that does not start with a TLS ClientHello"
+	case first[0] != recordTypeHandshake:
+		return nil, ""
+	}
+	sni, head, err := readClientHello(br)
+	switch {
+	case err != nil:
+		return nil, "unreadable TLS ClientHello: " + err.Error()
+	case sni == "" && !isIP(host):
+		return nil, fmt.Sprintf("TLS ClientHello without SNI in a tunnel to %s: the server name must be sent", host)
+	case sni != "" && sni != host:
+		return nil, fmt.Sprintf("TLS SNI %.253q does not match the CONNECT host %s", sni, host)
+	}
+	return head, ""
+}
+
+func isIP(h string) bool {
+	_, err := netip.ParseAddr(h)
+	return err == nil
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// idle ends a connection when neither direction has moved a byte for
+// timeout.
+type idle struct {
+	timeout time.Duration
+	last    atomic.Int64 // unix nanos of the last byte either way
+}
+
+func newIdle(timeout time.Duration) *idle {
+	i := &idle{timeout: timeout}
+	i.last.Store(time.Now().UnixNano())
+	return i
+}
+
+// copy copies src to dst; rc is the connection src reads from, whose read
+// deadline it keeps pushing out while either direction is active.
+func (i *idle) copy(dst io.Writer, src io.Reader, rc net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		_ = rc.SetReadDeadline(time.Unix(0, i.last.Load()).Add(i.timeout))
+		n, err := src.Read(buf)
+		if n > 0 {
+			i.last.Store(time.Now().UnixNano())
+			if wc, ok := dst.(net.Conn); ok {
+				_ = wc.SetWriteDeadline(time.Now().Add(i.timeout))
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if isTimeout(err) && time.Since(time.Unix(0, i.last.Load())) < i.timeout {
+				continue // the other direction was busy
+			}
+			return
+		}
+	}
+}
+
+// listen binds the socket under a temporary name, sets its owner and mode,
+// then renames it into place, so the sandbox never sees a socket with the
+// wrong permissions (as runtime/bridge does). dir is mounted read-only into
+// the sandbox, which therefore cannot plant anything in it.
+func listen(dir, path string, uid, gid int) (_ *net.UnixListener, retErr error) {
+	if fi, err := os.Lstat(dir); err != nil {
+		return nil, err
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	if len(path) >= 108 { // sizeof(sun_path)
+		return nil, fmt.Errorf("socket path %s is too long for a unix socket", path)
+	}
+	if err := removeSocket(path); err != nil {
+		return nil, err
+	}
+	tmp := path + ".new"
+	if err := removeSocket(tmp); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	defer func() {
+		if retErr != nil {
+			ln.Close()
+			_ = removeSocket(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Lchown(tmp, uid, gid); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, err
+	}
+	return ln, nil
+}
+
+// removeSocket removes path if it is a socket; anything else there is an
+// error rather than something to delete.
+func removeSocket(path string) error {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case fi.Mode()&fs.ModeSocket == 0:
+		return fmt.Errorf("%s exists and is not a socket", path)
+	}
+	return os.Remove(path)
+}

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mcp-forge/forge/runtime/build"
+)
+
+// Builder builds and lists custom environments (runtime/build).
+func (e *Engine) Builder() *build.Builder { return e.builder }
+
+// Installer is what builds install with: uv, or pip when uv is missing.
+func (e *Engine) Installer() string { return e.builder.Installer() }
+
+// BuildEnvironment builds p's environment (or finds it in the cache).
+// Errors the caller must fix (names, policy, limits) are *RefusedError.
+func (e *Engine) BuildEnvironment(ctx context.Context, p Principal, req build.Request) (*build.Result, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
+	req.Principal = p.Tenant
+	res, err := e.builder.Build(ctx, req)
+	return res, refuse(err)
+}
+
+// ListEnvironments lists p's environments.
+func (e *Engine) ListEnvironments(ctx context.Context, p Principal) ([]build.Environment, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
+	list, err := e.builder.List(ctx, p.Tenant)
+	return list, refuse(err)
+}
+
+// Environment is p's environment name.
+func (e *Engine) Environment(ctx context.Context, p Principal, name string) (*build.Environment, error) {
+	if err := p.check(); err != nil {
+		return nil, refuse(err)
+	}
+	env, err := e.builder.Get(ctx, p.Tenant, name)
+	return env, refuse(err)
+}
+
+// RemoveEnvironment removes p's environment name; the warm pool of an
+// environment nobody else holds goes first.
+func (e *Engine) RemoveEnvironment(ctx context.Context, p Principal, name string) error {
+	if err := p.check(); err != nil {
+		return refuse(err)
+	}
+	env, err := e.builder.Get(ctx, p.Tenant, name)
+	if err != nil {
+		return refuse(err)
+	}
+	e.dropPool(env.Image)
+	return refuse(e.builder.Remove(ctx, p.Tenant, name))
+}
+
+// GCEnvironments removes environments unused for age (0: the configured
+// environment_builder.gc_age).
+func (e *Engine) GCEnvironments(ctx context.Context, age time.Duration) ([]string, error) {
+	return e.builder.GC(ctx, age)
+}
+
+// resolveImage turns the request's image (an image or an environment
+// name) and template into the image to run, building a template's
+// environment on first use when builds are enabled.
+func (e *Engine) resolveImage(ctx context.Context, req *Request) error {
+	if req.Environment != "" {
+		if req.Image != "" {
+			return fmt.Errorf("%w: custom_image %q and environment %q both name what to run in; give one", ErrInvalidRequest, req.Image, req.Environment)
+		}
+		img, err := e.templateImage(ctx, req)
+		if err != nil {
+			return err
+		}
+		req.Image = img
+		return nil
+	}
+	if req.Image == "" {
+		return nil
+	}
+	if env := build.ImageName(req.Principal.Tenant, req.Image); build.ValidName(req.Image) != nil || !e.cfg.Images.Allowed(env) {
+		if !e.cfg.Images.Allowed(req.Image) {
+			return nil // validate refuses it, naming images.allowed
+		}
+	}
+	img, err := e.builder.Resolve(ctx, req.Principal.Tenant, req.Image)
+	if err != nil {
+		return err
+	}
+	if img != req.Image || isEnvironment(img) {
+		e.builder.Touch(img)
+	}
+	req.Image = img
+	return nil
+}
+
+func isEnvironment(image string) bool {
+	return len(image) > len(build.Repo) && image[:len(build.Repo)] == build.Repo
+}
+
+// templateImage is the environment of the request's template: the one
+// built, or built now (a cache hit when its packages did not change).
+func (e *Engine) templateImage(ctx context.Context, req *Request) (string, error) {
+	name := req.Environment
+	if _, ok := e.builder.Templates()[name]; !ok {
+		_, err := e.builder.Packages(name, nil)
+		return "", fmt.Errorf("%w: environment: %w", ErrInvalidRequest, err)
+	}
+	if !e.cfg.EnvironmentBuilder.Enabled {
+		env, err := e.builder.Get(ctx, req.Principal.Tenant, name)
+		if errors.Is(err, build.ErrNotFound) {
+			return "", fmt.Errorf("%w: template %q is not built and environment_builder.enabled is false; build it with `forge env build %s --template %s`",
+				ErrInvalidRequest, name, name, name)
+		}
+		if err != nil {
+			return "", err
+		}
+		e.builder.Touch(env.Image)
+		return env.Image, nil
+	}
+	res, err := e.builder.Build(ctx, build.Request{Principal: req.Principal.Tenant, Client: req.Client, Name: name,
+		Template: name, Progress: req.Progress, Description: "template " + name})
+	if err != nil {
+		return "", fmt.Errorf("environment %q: %w", name, err)
+	}
+	return res.Image, nil
+}
+
+// dropPool closes the warm pool of image, if it has one.
+func (e *Engine) dropPool(image string) {
+	e.mu.Lock()
+	p := e.pools[image]
+	delete(e.pools, image)
+	delete(e.poolUsed, image)
+	e.mu.Unlock()
+	if p != nil {
+		if err := p.Close(); err != nil {
+			e.log.Warn("closing the warm pool", "image", image, "err", err)
+		}
+	}
+}
+
+// shrinkIdlePools closes the warm pools of environments unused for
+// pool.max_idle_age: an environment used once should not hold sandboxes
+// for ever. The default and data images keep theirs.
+func (e *Engine) shrinkIdlePools(now time.Time) {
+	idle := time.Duration(e.cfg.Pool.MaxIdleAge)
+	e.mu.Lock()
+	var drop []string
+	for image, used := range e.poolUsed {
+		if isEnvironment(image) && now.Sub(used) > idle {
+			drop = append(drop, image)
+		}
+	}
+	e.mu.Unlock()
+	for _, image := range drop {
+		e.log.Debug("warm pool of an idle environment shrinks to zero", "image", image)
+		e.dropPool(image)
+	}
+}
+
+// shrinkLoop runs shrinkIdlePools until the engine closes.
+func (e *Engine) shrinkLoop() {
+	tick := time.NewTicker(max(time.Duration(e.cfg.Pool.MaxIdleAge)/4, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.done:
+			return
+		case now := <-tick.C:
+			e.shrinkIdlePools(now)
+		}
+	}
+}
