@@ -52,6 +52,8 @@ sessions:
   max_concurrent: 4
 pool:
   size: 1
+environment_builder:
+  enabled: false   # a build per generated example would take minutes: decoding and refusals only
 YAML
 "$forge" serve --config "$work/forge.yaml" --http "127.0.0.1:$port" 2>"$work/serve.log" &
 pid=$!
