@@ -36,6 +36,7 @@ type ServerConfig struct {
 	ShutdownGrace  Duration      `yaml:"shutdown_grace" doc:"How long a shutdown waits for running executions before killing them."`
 	Auth           AuthConfig    `yaml:"auth" doc:"Bearer-token authentication of the HTTP transport (MCP at /mcp and the REST API under /api/v1)."`
 	Tenants        TenantsConfig `yaml:"tenants" doc:"Per-tenant rate limits and quotas of the HTTP transport."`
+	Tracing        TracingConfig `yaml:"tracing" doc:"OpenTelemetry traces of the HTTP transport, over OTLP/HTTP."`
 }
 
 // ExecutionConfig holds the defaults and maxima of one execution.

@@ -2,6 +2,7 @@ package profiles
 
 import (
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -34,6 +35,11 @@ type TokenEntry struct {
 	Tenant string   `yaml:"tenant" doc:"Required. Tenant the token acts for: 1 to 64 letters, digits, '_', '.', '-', starting with a letter or digit. Sessions, environments and audit entries belong to it."`
 	Scopes []string `yaml:"scopes" doc:"Required. What the token may do: execute, sessions, environments, tools, admin (admin implies the others)."`
 	SHA256 string   `yaml:"sha256" doc:"Required. Lower-case hex SHA-256 of the token (printf %s TOKEN | sha256sum)."`
+}
+
+// TracingConfig configures OpenTelemetry traces.
+type TracingConfig struct {
+	OTLPEndpoint string `yaml:"otlp_endpoint" doc:"OTLP/HTTP collector URL (http(s)://host:4318; /v1/traces is appended when no path is given). Each HTTP request and each execution becomes a span. Empty sends no traces."`
 }
 
 // TenantsConfig holds the per-tenant rate limits and quotas.
@@ -103,6 +109,11 @@ func (t TenantsConfig) Tenant(tenant string) TenantLimits {
 }
 
 func (c *Config) validateService(p *problems) {
+	if e := c.Server.Tracing.OTLPEndpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.add("server.tracing.otlp_endpoint", "want http(s)://host:port[/path], got %q", e)
+		}
+	}
 	for i, t := range c.Server.Auth.Tokens {
 		at := fmt.Sprintf("server.auth.tokens[%d]", i)
 		if err := ValidTenant(t.Tenant); err != nil {

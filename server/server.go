@@ -36,6 +36,7 @@ import (
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/server/auth"
 	"github.com/mcp-forge/forge/server/tenant"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Engine is everything the server needs of the engine (*engine.Engine
@@ -88,6 +89,8 @@ type Options struct {
 	Metrics http.Handler
 	// OnLimited is told when a tenant limit refuses a request (metrics).
 	OnLimited func(tenant, what string)
+	// Tracer makes the spans of HTTP requests and executions; nil = none.
+	Tracer trace.Tracer
 }
 
 // Server is forge's MCP server. Create it with New, then serve it with

@@ -19,6 +19,9 @@ import (
 	"github.com/mcp-forge/forge/server/auth"
 	"github.com/mcp-forge/forge/server/rest"
 	"github.com/mcp-forge/forge/server/tenant"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Paths served beside /mcp and /api/v1.
@@ -72,6 +75,12 @@ func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handle
 		id := rest.NewRequestID()
 		w.Header().Set(rest.HeaderRequestID, id)
 		ctx := rest.WithRequestID(r.Context(), id)
+		if s.opts.Tracer != nil {
+			var span trace.Span
+			ctx, span = s.opts.Tracer.Start(ctx, r.Method+" "+route(r.URL.Path), trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(attribute.String("forge.request_id", id)))
+			defer span.End()
+		}
 		if s.opts.Auth.Enabled() && !publicPaths[r.URL.Path] {
 			ident, err := s.opts.Auth.Authenticate(r.Header.Get("Authorization"))
 			if err != nil {
@@ -80,6 +89,7 @@ func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handle
 			}
 			ctx = auth.WithIdentity(ctx, ident)
 			p = ident.Principal()
+			trace.SpanFromContext(ctx).SetAttributes(attribute.String("forge.tenant", ident.Tenant))
 		}
 		ctx = withPrincipal(ctx, p)
 		next.ServeHTTP(w, r.WithContext(ctx))
@@ -192,7 +202,35 @@ func (s *Server) execute(ctx context.Context, req engine.Request) (*kernel.Resul
 			return nil, err
 		}
 	}
+	if s.opts.Tracer != nil {
+		var span trace.Span
+		ctx, span = s.opts.Tracer.Start(ctx, "execute", trace.WithAttributes(attribute.Bool("forge.session", req.SessionID != "" || req.NewSession)))
+		defer span.End()
+		res, err := s.eng.Execute(ctx, req)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			span.SetAttributes(attribute.Bool("forge.success", res.Success), attribute.Bool("forge.timed_out", res.TimedOut), attribute.Bool("forge.oom_killed", res.OOMKilled))
+		}
+		return res, err
+	}
 	return s.eng.Execute(ctx, req)
+}
+
+// route is a path with its ids replaced, for span names of bounded
+// cardinality: /api/v1/sessions/{id}/files/{path}.
+func route(path string) string {
+	seg := strings.Split(path, "/")
+	if len(seg) > 4 && seg[1] == "api" && (seg[3] == "sessions" || seg[3] == "sandboxes") {
+		seg[4] = "{id}"
+		if len(seg) > 6 && seg[5] == "files" {
+			seg = append(seg[:6], "{path}")
+		}
+	}
+	if len(seg) > 8 {
+		seg = seg[:8]
+	}
+	return strings.Join(seg, "/")
 }
 
 func (s *Server) limited(t string, err error) {

@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/mcp-forge/forge/server/metrics"
 	"github.com/mcp-forge/forge/server/rest"
 	"github.com/mcp-forge/forge/server/tenant"
+	"github.com/mcp-forge/forge/server/tracing"
 )
 
 // testObserver forwards the shared engine's executions to the metrics of
@@ -485,6 +488,57 @@ func TestMetricsScrape(t *testing.T) {
 	for _, name := range []string{"forge_execution_duration_seconds", "forge_pool_ready", "forge_pool_misses_total", "forge_sessions_live"} {
 		if fams[name] == nil {
 			t.Errorf("no %s in the scrape", name)
+		}
+	}
+}
+
+// otlpReceiver counts OTLP/HTTP trace exports, and the span names in them
+// (the protobuf carries them as plain strings).
+type otlpReceiver struct {
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func (o *otlpReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	if r.URL.Path == "/v1/traces" && r.Header.Get("Content-Type") == "application/x-protobuf" {
+		o.mu.Lock()
+		o.bodies = append(o.bodies, b)
+		o.mu.Unlock()
+	}
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	w.WriteHeader(http.StatusOK)
+}
+
+func TestTracesExported(t *testing.T) {
+	recv := &otlpReceiver{}
+	collector := httptest.NewServer(recv)
+	defer collector.Close()
+	tracer, stop, err := tracing.Setup(t.Context(), collector.URL, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(realEngine(t), Options{Tracer: tracer})
+	h, _ := s.HTTPHandler()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/api/v1/execute", "application/json", strings.NewReader(`{"code": "1"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("execute: %d", resp.StatusCode)
+	}
+	if err := stop(t.Context()); err != nil { // flushes
+		t.Fatal(err)
+	}
+	recv.mu.Lock()
+	defer recv.mu.Unlock()
+	all := bytes.Join(recv.bodies, nil)
+	for _, name := range []string{"POST /api/v1/execute", "execute", "forge.request_id"} {
+		if !bytes.Contains(all, []byte(name)) {
+			t.Errorf("no %q in the %d OTLP export(s)", name, len(recv.bodies))
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/mcp-forge/forge/server/auth"
 	"github.com/mcp-forge/forge/server/metrics"
 	"github.com/mcp-forge/forge/server/tenant"
+	"github.com/mcp-forge/forge/server/tracing"
 )
 
 const serveUsage = `Usage: forge serve [--config FILE] [--http ADDR] [--allow-remote]
@@ -98,7 +99,12 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	}
 	met.SetSource(eng)
 	eng.Prewarm() // the pool fills while the client connects
-	srv := server.New(eng, server.Options{Version: version, Logger: g.log, Audit: auditLog,
+	tracer, stopTracing, err := tracing.Setup(ctx, cfg.Server.Tracing.OTLPEndpoint, version)
+	if err != nil {
+		return usageError{err}
+	}
+	defer func() { _ = stopTracing(context.Background()) }() // flushes the last spans
+	srv := server.New(eng, server.Options{Version: version, Logger: g.log, Audit: auditLog, Tracer: tracer,
 		Host: func() any { return hostChecks() },
 		Auth: authn, Tenants: tenant.New(cfg.Server.Tenants), Metrics: met.Handler(), OnLimited: met.Limited})
 
