@@ -52,6 +52,7 @@ type ExecutionConfig struct {
 	OutputLimit    Size     `yaml:"output_limit" doc:"Cap on captured stdout and on stderr, each; longer output is cut and flagged truncated."`
 	TmpSize        Size     `yaml:"tmp_size" doc:"Size of the writable tmpfs at /tmp."`
 	Network        Network  `yaml:"network" doc:"Always false (or \"none\"): sandboxes get loopback only. It exists so that a config asking for a network fails loudly instead of being ignored."`
+	Egress         []string `yaml:"egress" doc:"Egress allowlist of the default profile: what code may reach through forge's host-side egress proxy (HTTP_PROXY/HTTPS_PROXY inside; the sandbox still has no route and no DNS). Rules are host[:port[,port...]][!private]: an exact name (pypi.org), *.suffix (any name below it), an IP or a CIDR (10.0.0.0/8:5432, [::1]:8080); ports default to 80,443. Names resolving to loopback, private, link-local, CGNAT or metadata addresses are refused unless an IP/CIDR rule names the address or the name rule ends in !private. [none] (the default) allows nothing. A request may narrow it, never widen it."`
 	MaxConcurrent  int      `yaml:"max_concurrent" doc:"Most executions (stateless runs and session calls together) running at once; more wait for a free slot."`
 	QueueTimeout   Duration `yaml:"queue_timeout" doc:"How long an execution waits for a free slot (see execution.max_concurrent) before it fails with a busy error that asks the caller to retry; 0 fails at once."`
 }
@@ -136,4 +137,5 @@ type Profile struct {
 	Timeout Duration `yaml:"timeout" doc:"Default timeout; unset inherits execution.default_timeout. At most execution.max_timeout."`
 	TmpSize Size     `yaml:"tmp_size" doc:"Size of /tmp; unset inherits execution.tmp_size, which is also its maximum."`
 	Seccomp string   `yaml:"seccomp" doc:"Seccomp profile, \"default\" or an absolute path; unset inherits security.seccomp_profile."`
+	Egress  []string `yaml:"egress,omitempty" doc:"Egress allowlist (rules as in execution.egress); unset inherits execution.egress, [none] allows nothing. A request may narrow it, never widen it."`
 }

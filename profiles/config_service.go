@@ -51,12 +51,13 @@ type TenantsConfig struct {
 // TenantLimits are one tenant's token buckets and quotas. In Default a 0
 // means no per-tenant limit (forge's global limits still apply).
 type TenantLimits struct {
-	ExecutionsPerMinute float64 `yaml:"executions_per_minute" doc:"Token-bucket refill rate of executions (stateless runs and session calls), per minute. Over it, REST answers 429 with Retry-After and MCP a tool error naming the retry time. 0 = unlimited."`
-	ExecutionBurst      int     `yaml:"execution_burst" doc:"Token-bucket size of executions: how many may start at once after a quiet spell. 0 = executions_per_minute / 6, at least 1."`
-	BuildsPerHour       float64 `yaml:"builds_per_hour" doc:"Token-bucket refill rate of environment builds, per hour. 0 = unlimited."`
-	BuildBurst          int     `yaml:"build_burst" doc:"Token-bucket size of builds. 0 = 1."`
-	MaxSessions         int     `yaml:"max_sessions" doc:"Most live sessions (running or hibernated) of the tenant; creating one more fails. 0 = only sessions.max_concurrent applies."`
-	MaxConcurrent       int     `yaml:"max_concurrent" doc:"Most executions of the tenant running at once; more fail at once with a busy error. 0 = only execution.max_concurrent applies."`
+	ExecutionsPerMinute float64  `yaml:"executions_per_minute" doc:"Token-bucket refill rate of executions (stateless runs and session calls), per minute. Over it, REST answers 429 with Retry-After and MCP a tool error naming the retry time. 0 = unlimited."`
+	ExecutionBurst      int      `yaml:"execution_burst" doc:"Token-bucket size of executions: how many may start at once after a quiet spell. 0 = executions_per_minute / 6, at least 1."`
+	BuildsPerHour       float64  `yaml:"builds_per_hour" doc:"Token-bucket refill rate of environment builds, per hour. 0 = unlimited."`
+	BuildBurst          int      `yaml:"build_burst" doc:"Token-bucket size of builds. 0 = 1."`
+	MaxSessions         int      `yaml:"max_sessions" doc:"Most live sessions (running or hibernated) of the tenant; creating one more fails. 0 = only sessions.max_concurrent applies."`
+	MaxConcurrent       int      `yaml:"max_concurrent" doc:"Most executions of the tenant running at once; more fail at once with a busy error. 0 = only execution.max_concurrent applies."`
+	Egress              []string `yaml:"egress,omitempty" doc:"Egress allowlist of the tenant (rules as in execution.egress), applied on top of the profile's: the tenant gets what both allow, and its requests may narrow that further, never widen it. Unset: the profile's alone; [none]: no egress."`
 }
 
 // ValidTenant checks a tenant name (of a token, a config entry or a CLI flag).
@@ -105,6 +106,9 @@ func (t TenantsConfig) Tenant(tenant string) TenantLimits {
 	if o.MaxConcurrent != 0 {
 		l.MaxConcurrent = o.MaxConcurrent
 	}
+	if o.Egress != nil {
+		l.Egress = o.Egress
+	}
 	return l
 }
 
@@ -143,4 +147,32 @@ func validateTenantLimits(p *problems, at string, l TenantLimits) {
 	nonNegative(p, at+".build_burst", l.BuildBurst)
 	nonNegative(p, at+".max_sessions", l.MaxSessions)
 	nonNegative(p, at+".max_concurrent", l.MaxConcurrent)
+	if l.Egress != nil {
+		if _, err := ParseEgressPolicy(l.Egress); err != nil {
+			p.add(at+".egress", "%v", err)
+		}
+	}
+}
+
+// TenantEgress is the egress policy of tenant on top of the default
+// profile's: what both allow. ok is false when the tenant has no policy of
+// its own (the profile's applies alone).
+func (c *Config) TenantEgress(tenant string) (pol EgressPolicy, setting string, ok bool, err error) {
+	l := c.Server.Tenants.Tenant(tenant)
+	if l.Egress == nil {
+		return EgressPolicy{}, "", false, nil
+	}
+	setting = "server.tenants.default.egress"
+	if o, in := c.Server.Tenants.Overrides[tenant]; in && o.Egress != nil {
+		setting = "server.tenants.overrides." + tenant + ".egress"
+	}
+	t, err := ParseEgressPolicy(l.Egress)
+	if err != nil {
+		return EgressPolicy{}, setting, true, err
+	}
+	base, err := c.EgressPolicy("")
+	if err != nil {
+		return EgressPolicy{}, setting, true, err
+	}
+	return t.Narrow(base), setting, true, nil
 }

@@ -43,7 +43,14 @@ func (c *Config) Clone() *Config {
 	for i := range d.Server.Auth.Tokens {
 		d.Server.Auth.Tokens[i].Scopes = slices.Clone(d.Server.Auth.Tokens[i].Scopes)
 	}
-	d.Server.Tenants.Overrides = maps.Clone(c.Server.Tenants.Overrides)
+	d.Server.Tenants.Default.Egress = slices.Clone(c.Server.Tenants.Default.Egress)
+	if c.Server.Tenants.Overrides != nil {
+		d.Server.Tenants.Overrides = make(map[string]TenantLimits, len(c.Server.Tenants.Overrides))
+		for k, v := range c.Server.Tenants.Overrides {
+			v.Egress = slices.Clone(v.Egress)
+			d.Server.Tenants.Overrides[k] = v
+		}
+	}
 	d.Images.AllowedPatterns = slices.Clone(c.Images.AllowedPatterns)
 	d.EnvironmentBuilder.AllowedPackages = slices.Clone(c.EnvironmentBuilder.AllowedPackages)
 	d.Pool.WarmModules = slices.Clone(c.Pool.WarmModules)

@@ -21,6 +21,12 @@ var (
 	// ErrUnknownProfile is returned by Config.Profile for a name that is not
 	// configured.
 	ErrUnknownProfile = errors.New("unknown profile")
+	// ErrInvalidEgressRule is wrapped by errors for an egress rule string
+	// that is not host[:ports][!private]; the error names the rule.
+	ErrInvalidEgressRule = errors.New("invalid egress rule")
+	// ErrEgressWiden is returned by EgressPolicy.Within for a request that
+	// asks for more than the policy it must stay inside.
+	ErrEgressWiden = errors.New("egress request widens the policy")
 )
 
 // FieldError is a problem with one configuration field. Path is the YAML path

@@ -50,7 +50,7 @@ func TestPackageAllowed(t *testing.T) {
 func TestProfile(t *testing.T) {
 	c := Default()
 	c.Profiles["tight"] = Profile{Memory: 128 << 20, Pids: 16, Seccomp: "/etc/forge/strict.json"}
-	def := Profile{Memory: 512 << 20, CPUs: 1, Pids: 128, Timeout: Duration(30 * time.Second), TmpSize: 64 << 20, Seccomp: "default"}
+	def := Profile{Memory: 512 << 20, CPUs: 1, Pids: 128, Timeout: Duration(30 * time.Second), TmpSize: 64 << 20, Seccomp: "default", Egress: []string{"none"}}
 	tests := []struct {
 		name string
 		want Profile
@@ -58,7 +58,7 @@ func TestProfile(t *testing.T) {
 	}{
 		{"", def, nil},
 		{"default", def, nil},
-		{"tight", Profile{Memory: 128 << 20, CPUs: 1, Pids: 16, Timeout: Duration(30 * time.Second), TmpSize: 64 << 20, Seccomp: "/etc/forge/strict.json"}, nil},
+		{"tight", Profile{Memory: 128 << 20, CPUs: 1, Pids: 16, Timeout: Duration(30 * time.Second), TmpSize: 64 << 20, Seccomp: "/etc/forge/strict.json", Egress: []string{"none"}}, nil},
 		{"nope", Profile{}, ErrUnknownProfile},
 	}
 	for _, tt := range tests {

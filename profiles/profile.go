@@ -21,6 +21,7 @@ func (c *Config) Profile(name string) (Profile, error) {
 		Timeout: c.Execution.DefaultTimeout,
 		TmpSize: c.Execution.TmpSize,
 		Seccomp: c.Security.SeccompProfile,
+		Egress:  c.Execution.Egress,
 	}
 	if name == "" || name == DefaultProfile {
 		return p, nil
@@ -47,7 +48,20 @@ func (c *Config) Profile(name string) (Profile, error) {
 	if o.Seccomp != "" {
 		p.Seccomp = o.Seccomp
 	}
+	if len(o.Egress) > 0 {
+		p.Egress = o.Egress
+	}
 	return p, nil
+}
+
+// EgressPolicy is the parsed egress allowlist of the named profile (see
+// Profile); the zero EgressPolicy allows nothing.
+func (c *Config) EgressPolicy(profile string) (EgressPolicy, error) {
+	p, err := c.Profile(profile)
+	if err != nil {
+		return EgressPolicy{}, err
+	}
+	return ParseEgressPolicy(p.Egress)
 }
 
 // ProfileNames returns "default" followed by the configured profiles, sorted.

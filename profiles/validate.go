@@ -101,6 +101,20 @@ func (c *Config) validateExecution(p *problems) {
 	if e.Network != NetworkNone {
 		p.add("execution.network", "%w: sandboxes never have a network (loopback only), so the only valid value is false; got %q", ErrSecurityInvariant, string(e.Network))
 	}
+	egressRules(p, "execution.egress", e.Egress)
+}
+
+// egressRules checks an egress allowlist rule by rule, so each error names
+// its index; "none" is valid only alone.
+func egressRules(p *problems, path string, rules []string) {
+	if len(rules) == 1 && strings.TrimSpace(rules[0]) == EgressNone {
+		return
+	}
+	for i, r := range rules {
+		if _, err := ParseEgressRule(r); err != nil {
+			p.add(fmt.Sprintf("%s[%d]", path, i), "%v", err)
+		}
+	}
 }
 
 func (c *Config) validateLimits(p *problems) {
@@ -311,6 +325,7 @@ func (c *Config) validateProfiles(p *problems) {
 		if pr.Seccomp != "" {
 			seccomp(p, base+".seccomp", pr.Seccomp)
 		}
+		egressRules(p, base+".egress", pr.Egress)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/runtime/egress"
 )
 
 // Backends of execute_python.
@@ -32,6 +33,9 @@ type ExecuteArgs struct {
 	Environment string        // a template name (environment_builder.templates)
 	Env         map[string]string
 	MCPTools    []string
+	// Egress narrows the profile's egress allowlist; nil when absent
+	// ([] asks for none).
+	Egress *egress.Policy
 }
 
 // wireExecuteArgs is the JSON form; pointers tell "absent or null" apart.
@@ -45,6 +49,7 @@ type wireExecuteArgs struct {
 	Environment json.RawMessage   `json:"environment"`
 	Env         map[string]string `json:"env"`
 	MCPTools    []string          `json:"mcp_tools"`
+	Egress      []string          `json:"egress"`
 }
 
 // maxTimeoutSeconds caps what a float of seconds may turn into before the
@@ -111,6 +116,13 @@ func (w *wireExecuteArgs) check() (ExecuteArgs, error) {
 	}
 	a.Env = w.Env
 	a.MCPTools = w.MCPTools
+	if w.Egress != nil {
+		pol, err := egress.ParsePolicy(w.Egress)
+		if err != nil {
+			return a, argError("egress", strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
+		a.Egress = &pol
+	}
 	return a, nil
 }
 
@@ -159,7 +171,7 @@ func describeJSONError(err error) string {
 	}
 	msg := err.Error()
 	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return "unknown field " + f + "; known fields: code, session_id, backend, timeout, memory, custom_image, environment, env, mcp_tools"
+		return "unknown field " + f + "; known fields: code, session_id, backend, timeout, memory, custom_image, environment, env, mcp_tools, egress"
 	}
 	return strings.TrimPrefix(msg, "json: ")
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/session"
 
 	"github.com/google/go-cmp/cmp"
@@ -44,6 +45,11 @@ func TestDecodeExecuteArgs(t *testing.T) {
 		{"env values", `{"code":"x","env":{"A":1}}`, ExecuteArgs{}, "env"},
 		{"environment as variables (the old form)", `{"code":"x","environment":{"A":"1"}}`, ExecuteArgs{}, "environment variables for the code go in env"},
 		{"environment not a string", `{"code":"x","environment":7}`, ExecuteArgs{}, "template"},
+		{"egress", `{"code":"x","egress":["pypi.org:443","*.pythonhosted.org:443"]}`,
+			ExecuteArgs{Code: "x", Egress: new(egress.MustParse("pypi.org:443", "*.pythonhosted.org:443"))}, ""},
+		{"egress none", `{"code":"x","egress":[]}`, ExecuteArgs{Code: "x", Egress: &egress.Policy{}}, ""},
+		{"bad egress rule", `{"code":"x","egress":["https://pypi.org"]}`, ExecuteArgs{}, `egress: invalid egress rule "https://pypi.org": a rule names a host, not a URL`},
+		{"egress not a list", `{"code":"x","egress":"pypi.org"}`, ExecuteArgs{}, "egress: want an array of strings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeExecuteArgs([]byte(tc.in))

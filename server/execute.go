@@ -28,6 +28,10 @@ func executeTool(cfg *profiles.Config) mcp.Tool {
 	t.Title = "Run Python in a sandbox"
 	t.RawOutputSchema = outputSchema
 	f := false
+	// Sandboxes have no network, unless egress is configured: then code
+	// reaches the hosts the allowlist names.
+	pol, err := cfg.EgressPolicy("")
+	open := err == nil && !pol.IsNone()
 	t.Annotations = mcp.ToolAnnotation{
 		Title: "Run Python in a sandbox",
 		// The code may write files in its sandbox and, with sessions, change
@@ -37,8 +41,7 @@ func executeTool(cfg *profiles.Config) mcp.Tool {
 		DestructiveHint: &f,
 		// Code may be random, time-dependent or stateful.
 		IdempotentHint: &f,
-		// Sandboxes have no network (loopback only).
-		OpenWorldHint: &f,
+		OpenWorldHint:  &open,
 	}
 	return t
 }
@@ -94,6 +97,8 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 				"description": "Environment variables for the code. Not available in this build yet."},
 			"mcp_tools": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
 				"description": "Names of tools (from forge://tools/available) to make callable inside the sandbox as Python functions and in the module mcp_tools (code mode). Their credentials stay on the host."},
+			"egress": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
+				"description": fmt.Sprintf("Narrow the network egress this run may use (through HTTP_PROXY/HTTPS_PROXY; there is no DNS): rules host[:port,...], *.suffix, IPs or CIDRs, each within what forge allows: %s. [] allows nothing. For a session it becomes the session's policy.", egressDesc(cfg))},
 		},
 		"required":             []string{"code"},
 		"additionalProperties": false,
@@ -311,4 +316,13 @@ func formatValue(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+// egressDesc is the default profile's egress allowlist for the tool's schema.
+func egressDesc(cfg *profiles.Config) string {
+	pol, err := cfg.EgressPolicy("")
+	if err != nil || pol.IsNone() {
+		return "none (no egress is configured)"
+	}
+	return strings.Join(pol.Strings(), ", ")
 }

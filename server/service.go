@@ -183,7 +183,7 @@ func (s *Server) executeRequest(ctx context.Context, a ExecuteArgs, progress fun
 		Principal: s.principal(ctx), Client: clientName(ctx), RequestID: rest.RequestID(ctx),
 		Code: a.Code, Image: a.CustomImage, Timeout: a.Timeout, Memory: a.Memory,
 		SessionID: a.SessionID, NewSession: a.Backend == BackendJupyter, MCPTools: a.MCPTools,
-		Environment: a.Environment, Progress: progress,
+		Environment: a.Environment, Progress: progress, Egress: a.Egress,
 	}
 }
 
@@ -199,6 +199,9 @@ func (s *Server) execute(ctx context.Context, req engine.Request) (*kernel.Resul
 		defer release()
 		if err := s.sessionQuota(ctx, t, req); err != nil {
 			s.limited(t, err)
+			return nil, err
+		}
+		if err := s.tenantEgress(t, &req); err != nil {
 			return nil, err
 		}
 	}
@@ -238,6 +241,23 @@ func (s *Server) limited(t string, err error) {
 	if errors.As(err, &lim) && s.opts.OnLimited != nil {
 		s.opts.OnLimited(t, lim.What)
 	}
+}
+
+// tenantEgress narrows req's egress to its tenant's policy (on top of the
+// profile's): a request without one runs under the tenant's, one asking for
+// more is refused like a request widening the profile's.
+func (s *Server) tenantEgress(t string, req *engine.Request) error {
+	pol, setting, ok, err := s.cfg.TenantEgress(t)
+	if err != nil || !ok {
+		return err // validated when the config loaded: not the caller's
+	}
+	if req.Egress != nil {
+		if pol, err = pol.Within(*req.Egress, setting+" (with the profile's execution.egress)"); err != nil {
+			return &engine.RefusedError{Kind: engine.RefusedInvalid, Err: fmt.Errorf("%w: %w", engine.ErrInvalidRequest, err)}
+		}
+	}
+	req.Egress = &pol
+	return nil
 }
 
 // sessionQuota refuses a request that would create a session past the

@@ -8,15 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/internal/ownedsock"
 )
 
 // SocketName is the grant's socket inside the bridge directory.
@@ -95,7 +94,7 @@ func (b *Bridge) Grant(ctx context.Context, sb Sandbox, names []string) (*Grant,
 	for _, t := range tools {
 		g.tools[t.Name] = t
 	}
-	if g.ln, err = listen(dir, g.path, sb.HostUID(), sb.HostGID()); err != nil {
+	if g.ln, err = ownedsock.Listen(dir, g.path, sb.HostUID(), sb.HostGID()); err != nil {
 		return nil, fmt.Errorf("bridge socket of sandbox %s: %w", sandboxID, err)
 	}
 	g.ctx, g.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -112,64 +111,6 @@ func (b *Bridge) Grant(ctx context.Context, sb Sandbox, names []string) (*Grant,
 	g.wg.Go(g.serve)
 	b.log.Debug("bridge: granted", "sandbox", sandboxID, "tools", len(tools), "socket", g.path)
 	return g, nil
-}
-
-// listen binds the socket under a temporary name, sets its owner and mode,
-// then renames it into place, so the sandbox never sees a socket with the
-// wrong permissions. dir is created by the engine and mounted read-only
-// into the sandbox, which therefore cannot plant anything in it.
-func listen(dir, path string, uid, gid int) (_ *net.UnixListener, retErr error) {
-	if fi, err := os.Lstat(dir); err != nil {
-		return nil, err
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory", dir)
-	}
-	if len(path) >= 108 { // sizeof(sun_path)
-		return nil, fmt.Errorf("socket path %s is too long for a unix socket", path)
-	}
-	if err := removeSocket(path); err != nil {
-		return nil, err
-	}
-	tmp := path + ".new"
-	if err := removeSocket(tmp); err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(false) // the socket is renamed; removeSocket cleans up
-	defer func() {
-		if retErr != nil {
-			ln.Close()
-			_ = removeSocket(tmp)
-		}
-	}()
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.Lchown(tmp, uid, gid); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, err
-	}
-	return ln, nil
-}
-
-// removeSocket removes path if it is a socket; anything else there is an
-// error rather than something to delete.
-func removeSocket(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return err
-	case fi.Mode()&fs.ModeSocket == 0:
-		return fmt.Errorf("%s exists and is not a socket", path)
-	}
-	return os.Remove(path)
 }
 
 // Prelude is the Python code that defines the granted tools; run it in the
@@ -218,7 +159,7 @@ func (g *Grant) shutdown() error {
 	}
 	err := g.ln.Close()
 	g.wg.Wait()
-	if rerr := removeSocket(g.path); rerr != nil {
+	if rerr := ownedsock.Remove(g.path); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	g.b.log.Debug("bridge: grant closed", "sandbox", g.sandboxID)

@@ -1,14 +1,18 @@
 package egress
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/mcp-forge/forge/profiles"
+)
 
 var (
-	// ErrInvalidRule is returned by ParseRule and ParsePolicy for a rule
-	// string that is not host[:ports][!private]; the error names the rule.
-	ErrInvalidRule = errors.New("invalid egress rule")
+	// ErrInvalidRule is wrapped by ParseRule and ParsePolicy errors for a
+	// rule string that is not host[:ports][!private].
+	ErrInvalidRule = profiles.ErrInvalidEgressRule
 	// ErrWiden is returned by Policy.Within for a request that asks for
 	// more than the policy it must stay inside.
-	ErrWiden = errors.New("egress request widens the policy")
+	ErrWiden = profiles.ErrEgressWiden
 	// ErrClosed is returned by Serve after Proxy.Close.
 	ErrClosed = errors.New("egress proxy closed")
 )

@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +20,9 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/internal/ownedsock"
 	"github.com/mcp-forge/forge/internal/peercred"
+	"github.com/mcp-forge/forge/profiles"
 )
 
 // SocketName is a sandbox's egress socket inside its bridge directory, and
@@ -85,6 +86,10 @@ type Options struct {
 	// the first bytes of a tunnel (the TLS ClientHello), and a connection
 	// with no traffic either way.
 	HeaderTimeout, ResolveTimeout, DialTimeout, HelloTimeout, IdleTimeout time.Duration
+	// TLSPorts are the ports whose tunnels must start with a TLS
+	// ClientHello (nil: 443). On any port, a ClientHello must carry the
+	// CONNECT host as its SNI.
+	TLSPorts []int
 	// MaxAudited caps the allow and the deny events audited one by one per
 	// socket; later ones are counted, and the counts audited at Close.
 	MaxAudited int
@@ -104,6 +109,9 @@ func (o Options) withDefaults() Options {
 		if *v <= 0 {
 			*v = d
 		}
+	}
+	if o.TLSPorts == nil {
+		o.TLSPorts = []int{443}
 	}
 	def(&o.MaxTunnels, DefaultMaxTunnels)
 	def(&o.MaxHeaderBytes, DefaultMaxHeaderBytes)
@@ -160,6 +168,10 @@ type Listener struct {
 	ln   *net.UnixListener
 	pol  atomic.Pointer[Policy]
 	wg   sync.WaitGroup
+	// ctx is cancelled by Close: it ends resolving and dialing, which
+	// closing the connections does not.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -183,17 +195,19 @@ func (p *Proxy) Serve(sb Sandbox, pol Policy, who Who) (_ *Listener, retErr erro
 		who.SandboxID = sb.ID()
 	}
 	l := &Listener{p: p, sb: sb, who: who, path: filepath.Join(dir, SocketName), conns: map[net.Conn]struct{}{}}
-	pol = pol.normalize()
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	pol = pol.Normalize()
 	l.pol.Store(&pol)
 	var err error
-	if l.ln, err = listen(dir, l.path, sb.HostUID(), sb.HostGID()); err != nil {
+	if l.ln, err = ownedsock.Listen(dir, l.path, sb.HostUID(), sb.HostGID()); err != nil {
 		return nil, fmt.Errorf("egress socket of sandbox %s: %w", sb.ID(), err)
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		l.ln.Close()
-		_ = removeSocket(l.path)
+		l.cancel()
+		_ = ownedsock.Remove(l.path)
 		return nil, ErrClosed
 	}
 	p.listeners[l] = struct{}{}
@@ -212,7 +226,7 @@ func (l *Listener) Policy() Policy { return *l.pol.Load() }
 // SetPolicy replaces the policy for new connections (a session whose
 // request narrowed its policy); open ones keep what they were allowed.
 func (l *Listener) SetPolicy(pol Policy) {
-	pol = pol.normalize()
+	pol = pol.Normalize()
 	l.pol.Store(&pol)
 }
 
@@ -243,9 +257,10 @@ func (l *Listener) Close() error {
 		c.Close()
 	}
 	l.mu.Unlock()
+	l.cancel()
 	err := l.ln.Close()
 	l.wg.Wait()
-	if rerr := removeSocket(l.path); rerr != nil {
+	if rerr := ownedsock.Remove(l.path); rerr != nil {
 		err = errors.Join(err, rerr)
 	}
 	l.mu.Lock()
@@ -423,6 +438,7 @@ func (l *Listener) handle(c net.Conn) {
 		return
 	}
 	lim.n = -1 // the body and the tunnel are not headers
+	lim.r = &idleReader{c: c, timeout: o.IdleTimeout}
 	e := event{method: req.Method}
 	host, port, err := target(req)
 	e.host, e.port = host, port
@@ -495,7 +511,7 @@ func target(req *http.Request) (string, int, error) {
 		return a.Unmap().String(), port, nil
 	}
 	name := strings.ToLower(strings.TrimSuffix(h, "."))
-	if err := checkName(name); err != nil {
+	if err := profiles.CheckHostName(name); err != nil {
 		return clip(h, 253), port, fmt.Errorf("bad host: %w", err)
 	}
 	return name, port, nil
@@ -507,13 +523,13 @@ func target(req *http.Request) (string, int, error) {
 func (l *Listener) connect(e *event) (net.Conn, int) {
 	o := l.p.opts
 	pol := l.Policy()
-	rule, ok := pol.allowsHost(e.host, e.port)
+	rule, ok := pol.AllowsHost(e.host, e.port)
 	if !ok {
 		e.reason = fmt.Sprintf("%s is not allowed by this sandbox's egress policy (%s)", net.JoinHostPort(e.host, strconv.Itoa(e.port)), describe(pol))
 		return nil, http.StatusForbidden
 	}
 	e.rule = rule.String()
-	ctx, cancel := context.WithTimeout(context.Background(), o.ResolveTimeout)
+	ctx, cancel := context.WithTimeout(l.ctx, o.ResolveTimeout)
 	addrs, err := l.resolve(ctx, e.host)
 	cancel()
 	if err != nil {
@@ -523,8 +539,9 @@ func (l *Listener) connect(e *event) (net.Conn, int) {
 	var ok2 []netip.Addr
 	var why []string
 	for _, a := range addrs {
+		a = a.Unmap()
 		r := specialReason(a)
-		if r == "" || rule.Private || pol.allowsAddr(a, e.port) {
+		if r == "" || rule.Private || pol.AllowsAddr(a, e.port) {
 			ok2 = append(ok2, a)
 		} else {
 			why = append(why, fmt.Sprintf("%s (%s)", a, r))
@@ -539,7 +556,7 @@ func (l *Listener) connect(e *event) (net.Conn, int) {
 	deadline := time.Now().Add(o.DialTimeout)
 	var errs []error
 	for _, a := range ok2 {
-		dctx, cancel := context.WithDeadline(context.Background(), deadline)
+		dctx, cancel := context.WithDeadline(l.ctx, deadline)
 		c, err := d.DialContext(dctx, "tcp", netip.AddrPortFrom(a, uint16(e.port)).String())
 		cancel()
 		if err == nil {
@@ -600,7 +617,7 @@ func (l *Listener) tunnel(c net.Conn, br *bufio.Reader, up net.Conn, e event) {
 		_ = c.(*net.UnixConn).CloseWrite()
 	}()
 	_ = c.SetReadDeadline(time.Now().Add(o.HelloTimeout))
-	head, reason := checkHello(br, e.host, e.port)
+	head, reason := checkHello(br, e.host, e.port, slices.Contains(o.TLSPorts, e.port))
 	if reason != "" {
 		e.reason = reason
 		l.deny(c, e, 0)
@@ -634,8 +651,9 @@ func (l *Listener) forward(c net.Conn, req *http.Request, up net.Conn, e event) 
 	req.RequestURI = ""
 	req.Close = true
 	idle := newIdle(l.p.opts.IdleTimeout)
-	_ = c.SetReadDeadline(time.Time{})
-	_ = up.SetWriteDeadline(time.Now().Add(l.p.opts.IdleTimeout))
+	// The body streams from c through an idleReader: a client that stops
+	// sending is cut off after IdleTimeout, one that keeps sending is not.
+	up = &idleWriter{Conn: up, timeout: l.p.opts.IdleTimeout}
 	if err := req.Write(up); err != nil {
 		writeStatus(c, http.StatusBadGateway, "forge egress: sending the request upstream: "+err.Error())
 		return
@@ -645,17 +663,22 @@ func (l *Listener) forward(c net.Conn, req *http.Request, up net.Conn, e event) 
 
 // checkHello reads the tunnel's first bytes. A TLS ClientHello must carry
 // an SNI equal to host (for an IP host, none, or the IP); anything else on
-// port 443 is refused. It returns the bytes read, to send upstream first,
+// a TLS port (Options.TLSPorts) is refused. It returns the bytes read, to send upstream first,
 // or why the tunnel is refused.
-func checkHello(br *bufio.Reader, host string, port int) ([]byte, string) {
+func checkHello(br *bufio.Reader, host string, port int, tlsOnly bool) ([]byte, string) {
 	first, err := br.Peek(1)
 	switch {
-	case err != nil && isTimeout(err) && port != 443:
+	case err != nil && isTimeout(err) && !tlsOnly:
 		return nil, "" // a protocol where the server speaks first
 	case err != nil:
 		return nil, fmt.Sprintf("tunnel closed before the client's first bytes: %v", err)
-	case first[0] != recordTypeHandshake && port == 443:
-		return nil, "tunnel to port 443 that does not start with a TLS ClientHello"
+	case first[0] != recordTypeHandshake && tlsOnly:
+		return nil, fmt.Sprintf("tunnel to TLS port %d that does not start with a TLS ClientHello", port)
+	case first[0] != recordTypeHandshake && looksLikeHTTP(br):
+		// Its Host header could name another site behind the same address
+		// (a shared frontend): plain HTTP goes as a proxy request, whose
+		// Host is the checked one.
+		return nil, "plain HTTP inside a CONNECT tunnel; send http:// URLs as proxy requests (HTTP_PROXY), whose Host is checked"
 	case first[0] != recordTypeHandshake:
 		return nil, ""
 	}
@@ -669,6 +692,23 @@ func checkHello(br *bufio.Reader, host string, port int) ([]byte, string) {
 		return nil, fmt.Sprintf("TLS SNI %.253q does not match the CONNECT host %s", sni, host)
 	}
 	return head, ""
+}
+
+// httpMethods start the request lines looksLikeHTTP refuses in a tunnel.
+var httpMethods = []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "CONNECT ", "OPTIONS ", "TRACE ", "PATCH "}
+
+// looksLikeHTTP reports whether the tunnel's first bytes start an HTTP/1
+// request line. It waits for 8 bytes (within the hello timeout already
+// set); a client that sends fewer, slowly, is judged on what it sent, so
+// trickling "G", "ET " does not pass.
+func looksLikeHTTP(br *bufio.Reader) bool {
+	b, _ := br.Peek(8)
+	for _, m := range httpMethods {
+		if n := min(len(b), len(m)); n > 0 && string(b[:n]) == m[:n] {
+			return true
+		}
+	}
+	return false
 }
 
 func isIP(h string) bool {
@@ -686,6 +726,28 @@ func clip(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// idleReader reads from c with a read deadline IdleTimeout ahead of each read.
+type idleReader struct {
+	c       net.Conn
+	timeout time.Duration
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	_ = r.c.SetReadDeadline(time.Now().Add(r.timeout))
+	return r.c.Read(p)
+}
+
+// idleWriter writes to a Conn with a write deadline timeout ahead of each write.
+type idleWriter struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (w *idleWriter) Write(p []byte) (int, error) {
+	_ = w.Conn.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.Conn.Write(p)
 }
 
 // idle ends a connection when neither direction has moved a byte for
@@ -724,62 +786,4 @@ func (i *idle) copy(dst io.Writer, src io.Reader, rc net.Conn) {
 			return
 		}
 	}
-}
-
-// listen binds the socket under a temporary name, sets its owner and mode,
-// then renames it into place, so the sandbox never sees a socket with the
-// wrong permissions (as runtime/bridge does). dir is mounted read-only into
-// the sandbox, which therefore cannot plant anything in it.
-func listen(dir, path string, uid, gid int) (_ *net.UnixListener, retErr error) {
-	if fi, err := os.Lstat(dir); err != nil {
-		return nil, err
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory", dir)
-	}
-	if len(path) >= 108 { // sizeof(sun_path)
-		return nil, fmt.Errorf("socket path %s is too long for a unix socket", path)
-	}
-	if err := removeSocket(path); err != nil {
-		return nil, err
-	}
-	tmp := path + ".new"
-	if err := removeSocket(tmp); err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	ln.SetUnlinkOnClose(false)
-	defer func() {
-		if retErr != nil {
-			ln.Close()
-			_ = removeSocket(tmp)
-		}
-	}()
-	if err := os.Chmod(tmp, 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.Lchown(tmp, uid, gid); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, err
-	}
-	return ln, nil
-}
-
-// removeSocket removes path if it is a socket; anything else there is an
-// error rather than something to delete.
-func removeSocket(path string) error {
-	fi, err := os.Lstat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil
-	case err != nil:
-		return err
-	case fi.Mode()&fs.ModeSocket == 0:
-		return fmt.Errorf("%s exists and is not a socket", path)
-	}
-	return os.Remove(path)
 }

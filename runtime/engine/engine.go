@@ -48,7 +48,8 @@ type Engine struct {
 	log      *slog.Logger
 	audit    *audit.Logger
 	bridge   *bridge.Bridge // nil without mcp_tools
-	egress   *egress.Proxy  // the package index's way out of build sandboxes
+	proxy    *egress.Proxy  // the one egress proxy of this process
+	egress   egress.Policy  // the default profile's (execution.egress)
 	builder  *build.Builder
 	store    *rootfs.Store
 	rt       *sandbox.Runtime
@@ -95,6 +96,9 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	if e.seccomp, err = loadSeccomp(cfg.Security.SeccompProfile); err != nil {
 		return nil, err
 	}
+	if e.egress, err = cfg.EgressPolicy(""); err != nil {
+		return nil, fmt.Errorf("%w: execution.egress: %w", ErrInvalidRequest, err)
+	}
 	e.store, err = rootfs.Open(ctx, rootfs.Options{StateDir: cfg.StateDir, Progress: opts.Progress, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("opening image store: %w", err)
@@ -121,9 +125,9 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		}
 	}()
 	removeDeadBridgeDirs(cfg.StateDir, opts.Logger)
-	e.egress = egress.New(egress.Options{Logger: opts.Logger, Audit: opts.Audit})
+	e.proxy = egress.New(egress.Options{Logger: opts.Logger, Audit: opts.Audit})
 	e.builder, err = build.New(build.Options{Store: e.store, Runtime: e.rt, Config: cfg, Seccomp: e.seccomp,
-		Proxy: e.egress, Audit: opts.Audit, Logger: opts.Logger})
+		Proxy: e.proxy, Audit: opts.Audit, Logger: opts.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("%w: environment_builder: %w", ErrInvalidRequest, err)
 	}
@@ -231,6 +235,12 @@ type Request struct {
 	Progress func(step, total int, message string)
 	// RequestID is the face's id of the request, for the audit log.
 	RequestID string
+	// Egress, when set, narrows the profile's egress allowlist
+	// (execution.egress) for this execution; asking for more than the
+	// profile allows is refused. nil runs under the profile's (a session:
+	// under the policy it had). For a session it becomes the session's
+	// policy, which survives hibernation.
+	Egress *egress.Policy
 }
 
 // Plan is a validated request: the limits in force and the image.
@@ -238,6 +248,8 @@ type Plan struct {
 	Image   string
 	Timeout time.Duration
 	Limits  cgroups.Limits
+	// Egress is the allowlist in force: the request's or the profile's.
+	Egress egress.Policy
 }
 
 // Validate checks a request against the configured maxima and allowlist.
@@ -285,6 +297,14 @@ func (e *Engine) validate(req Request) (Plan, error) {
 			return p, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
 		p.Limits = lim
+	}
+	p.Egress = e.egress
+	if req.Egress != nil {
+		pol, err := e.egress.Within(*req.Egress, "the profile's egress (execution.egress)")
+		if err != nil {
+			return p, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		p.Egress = pol
 	}
 	if len(req.MCPTools) > 0 {
 		if e.bridge == nil {
@@ -363,6 +383,9 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 		}
 		defer g.Close()
 	}
+	if err := e.setEgress(ctx, sb, plan.Egress, egress.Who{Principal: req.Principal.Tenant, Purpose: "execute"}); err != nil {
+		return nil, err
+	}
 	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit)})
 }
 
@@ -404,7 +427,7 @@ func (e *Engine) startSandbox(ctx context.Context, image string) (*sandbox.Sandb
 	cfg := e.sandboxConfig(fs.Path())
 	cfg.ImageID = fs.Image().ID
 	var bridgeDir, sbID string
-	if e.bridge != nil {
+	if e.bridge != nil || e.egressPossible() {
 		if bridgeDir, err = e.newBridgeDir(); err != nil {
 			fs.Release()
 			return nil, err
@@ -524,7 +547,7 @@ func (e *Engine) Close(grace time.Duration) error {
 		errs = append(errs, p.Close())
 	}
 	e.bg.Wait()
-	errs = append(errs, e.egress.Close(), e.rt.Close(), e.store.Close())
+	errs = append(errs, e.proxy.Close(), e.rt.Close(), e.store.Close())
 	if e.bridge != nil {
 		errs = append(errs, e.bridge.Close())
 	}
@@ -557,6 +580,9 @@ func (e *Engine) poolFor(image string) *pool.Pool {
 	warm := append([]string(nil), pc.WarmModules...)
 	if e.bridge != nil {
 		warm = append(warm, "socket", "inspect") // what the code-mode prelude needs
+	}
+	if e.egressPossible() {
+		warm = append(warm, "socket", "select") // what the agent's egress forwarder needs
 	}
 	if image == e.cfg.Images.Data {
 		warm = append(warm, pc.WarmModulesData...)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/runtime/session"
@@ -78,7 +79,14 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 				return err
 			}
 		}
-		var err error
+		pol, stored, err := e.sessionEgress(req, plan, meta.Egress)
+		if err != nil {
+			return err
+		}
+		if err := e.setEgress(ctx, sb, pol, egress.Who{SessionID: id, Principal: req.Principal.Tenant, Purpose: "execute"}); err != nil {
+			return err
+		}
+		meta.Egress = stored
 		res, err = sb.Exec(ctx, req.Code, sandbox.ExecOptions{
 			Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit),
 			KeepAlive: true, Grace: interruptGrace,

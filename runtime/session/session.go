@@ -72,6 +72,9 @@ type Meta struct {
 	OwnerPid   int         `json:"owner_pid"`
 	LostReason string      `json:"lost_reason,omitempty"`
 	Documented *Documented `json:"documented,omitempty"`
+	// Egress is the session's egress policy (rule strings) when a request
+	// gave it one; nil runs it under its profile's. Kept across hibernation.
+	Egress []string `json:"egress,omitempty"`
 	// Variables is the last known introspection (after document_state,
 	// a variables read, or hibernation); VariableCount is updated by every
 	// exec.
