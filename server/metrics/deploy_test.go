@@ -8,7 +8,10 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/mcp-forge/forge/internal/audit"
 )
 
 var (
@@ -21,7 +24,7 @@ func names(t *testing.T) map[string]bool {
 	m := New()
 	ch := make(chan *prometheus.Desc, 256)
 	go func() {
-		for _, c := range []prometheus.Collector{m.executions, m.latency, m.kills, m.violations, m.toolCalls, m.builds, m.sandboxes, m.limited, &gauges{m: m}} {
+		for _, c := range []prometheus.Collector{m.executions, m.latency, m.kills, m.violations, m.toolCalls, m.builds, m.sandboxes, m.limited, m.egress, &gauges{m: m}} {
 			c.Describe(ch)
 		}
 		close(ch)
@@ -145,5 +148,31 @@ func TestTenantLabelBounded(t *testing.T) {
 	}
 	if got := m.tenant("listener:127.0.0.1:1"); got != "other" && got != "listener" {
 		t.Errorf("listener label %q", got)
+	}
+}
+
+func TestAuditEventsCounted(t *testing.T) {
+	m := New()
+	for _, ev := range []audit.Event{
+		{Event: audit.EventSecurityViolation, Tool: "x", Reason: "ungranted call"},
+		{Event: audit.EventSecurityViolation, Reason: "HTTP request with an invalid bearer token"},
+		{Event: audit.EventBuildFailed}, {Event: audit.EventBuildComplete},
+		{Event: audit.EventEgressDeny}, {Event: audit.EventEgressAllow}, {Event: audit.EventEgressAllow},
+		{Event: audit.EventToolCall, Server: "gh"},
+	} {
+		m.ObserveAudit(ev)
+	}
+	for _, tc := range []struct {
+		c    prometheus.Collector
+		want float64
+	}{
+		{m.violations.WithLabelValues("bridge"), 1}, {m.violations.WithLabelValues("http"), 1},
+		{m.builds.WithLabelValues("failed"), 1}, {m.builds.WithLabelValues("ok"), 1},
+		{m.egress.WithLabelValues("allowed"), 2}, {m.egress.WithLabelValues("denied"), 1},
+		{m.toolCalls.WithLabelValues("gh"), 1},
+	} {
+		if got := testutil.ToFloat64(tc.c); got != tc.want {
+			t.Errorf("%v: got %v, want %v", tc.c, got, tc.want)
+		}
 	}
 }

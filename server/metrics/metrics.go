@@ -1,7 +1,8 @@
 // Package metrics is forge's Prometheus metrics at /metrics: executions by
 // outcome and mode with latency histograms (the engine's Observer), pool
 // and session gauges read at scrape time, and counters of security
-// violations, bridge calls and builds taken from the audit events. Tenant
+// violations, bridge calls, builds and egress connections taken from the
+// audit events. Tenant
 // labels are bounded: past MaxTenants distinct tenants, the rest count as
 // "other".
 package metrics
@@ -41,6 +42,7 @@ type Metrics struct {
 	builds     *prometheus.CounterVec
 	sandboxes  prometheus.Counter
 	limited    *prometheus.CounterVec
+	egress     *prometheus.CounterVec
 
 	mu      sync.Mutex
 	tenants map[string]bool
@@ -65,7 +67,9 @@ func New() *Metrics {
 	m.sandboxes = prometheus.NewCounter(prometheus.CounterOpts{Name: "forge_sandboxes_created_total", Help: "Sandboxes created (pool refills, cold starts, sessions)."})
 	m.limited = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forge_tenant_limited_total",
 		Help: "Requests refused by a tenant's rate limit or quota."}, []string{"tenant", "limit"})
-	m.reg.MustRegister(m.executions, m.latency, m.kills, m.violations, m.toolCalls, m.builds, m.sandboxes, m.limited,
+	m.egress = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forge_egress_connections_total",
+		Help: "Connections out of sandboxes through the egress proxy that were audited, by result (allowed, denied); the proxy caps audits per sandbox."}, []string{"result"})
+	m.reg.MustRegister(m.executions, m.latency, m.kills, m.violations, m.toolCalls, m.builds, m.sandboxes, m.limited, m.egress,
 		&gauges{m: m}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -146,11 +150,13 @@ func (m *Metrics) ObserveAudit(ev audit.Event) {
 	case audit.EventToolCall:
 		m.toolCalls.WithLabelValues(boundedServer(ev.Server)).Inc()
 	case audit.EventBuildComplete:
-		result := "ok"
-		if ev.Severity != audit.SeverityInfo {
-			result = "failed"
-		}
-		m.builds.WithLabelValues(result).Inc()
+		m.builds.WithLabelValues("ok").Inc()
+	case audit.EventBuildFailed:
+		m.builds.WithLabelValues("failed").Inc()
+	case audit.EventEgressAllow:
+		m.egress.WithLabelValues("allowed").Inc()
+	case audit.EventEgressDeny:
+		m.egress.WithLabelValues("denied").Inc()
 	case audit.EventContainerCreate:
 		m.sandboxes.Inc()
 	}
