@@ -147,6 +147,20 @@ func TestExecuteReal(t *testing.T) {
 			t.Errorf("got isError=%v %q %v, want a ValueError at line 2 with the output", res.IsError, text(res), sc)
 		}
 	})
+	t.Run("env", func(t *testing.T) {
+		res, err := call(t, c, map[string]any{"code": "import os, subprocess\n[os.environ['FORGE_T'], subprocess.run(['sh', '-c', 'echo $FORGE_T'], capture_output=True, text=True).stdout.strip()]",
+			"env": map[string]string{"FORGE_T": "a b"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.IsError || fmt.Sprint(structured(t, res)["result"]) != "[a b a b]" {
+			t.Errorf("got isError=%v %q, want the variable in the code and its children", res.IsError, text(res))
+		}
+		res, err = call(t, c, map[string]any{"code": "1", "env": map[string]string{"1BAD": "x"}})
+		if err != nil || !res.IsError || !strings.Contains(text(res), "not a variable name") {
+			t.Errorf("bad env name: %v %q", err, text(res))
+		}
+	})
 	t.Run("timed out", func(t *testing.T) {
 		res, err := call(t, c, map[string]any{"code": "while True: pass", "timeout": 1})
 		if err != nil {

@@ -94,7 +94,7 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 				cfg.Images.Default, strings.Join(cfg.Images.AllowedPatterns, ", "))),
 			"environment": str(environmentDescription(cfg)),
 			"env": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
-				"description": "Environment variables for the code. Not available in this build yet."},
+				"description": "Environment variables for the code (os.environ, inherited by its child processes): at most 64, names of letters, digits and _, values up to 4096 bytes. In a session they stay set."},
 			"mcp_tools": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
 				"description": "Names of tools (from forge://tools/available) to make callable inside the sandbox as Python functions and in the module mcp_tools (code mode). Their credentials stay on the host."},
 			"egress": map[string]any{"type": "array", "items": map[string]any{"type": "string"},
@@ -152,9 +152,6 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		return nil, err
 	}
 	args := d.execute
-	if err := unsupported(args); err != nil {
-		return mcp.NewToolResultError(err.Error()), nil
-	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
 	res, err := s.execute(ectx, s.executeRequest(ctx, args, progressTo(ctx, req)))
@@ -162,14 +159,6 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 		return s.executeError(err), nil
 	}
 	return renderResult(res), nil
-}
-
-// unsupported refuses the parts of the tool interface this build lacks.
-func unsupported(a ExecuteArgs) error {
-	if len(a.Env) > 0 {
-		return fmt.Errorf("env: setting environment variables is not available yet in this build (%w); set them inside the code with os.environ", ErrNotAvailable)
-	}
-	return nil
 }
 
 // executeError turns an engine error into a tool error for the model: a

@@ -255,25 +255,17 @@ func TestProtocolErrors(t *testing.T) {
 	}
 }
 
-func TestUnsupportedArguments(t *testing.T) {
+// TestEnvAndEnvironmentReachTheEngine: env (variables) and environment (a
+// template) are passed on as they are, each to its own field.
+func TestEnvAndEnvironmentReachTheEngine(t *testing.T) {
 	stub := newStub()
 	c := connect(t, New(stub, Options{}))
-	for _, tc := range []struct {
-		args map[string]any
-		want string
-	}{
-		{map[string]any{"code": "x", "env": map[string]string{"A": "1"}}, "env"},
-	} {
-		res, err := call(t, c, tc.args)
-		if err != nil {
-			t.Fatalf("%v: got protocol error %v, want a tool error", tc.args, err)
-		}
-		if !res.IsError || !strings.Contains(text(res), tc.want) {
-			t.Errorf("%v: got isError=%v %q, want a tool error containing %q", tc.args, res.IsError, text(res), tc.want)
-		}
+	if _, err := call(t, c, map[string]any{"code": "x", "env": map[string]string{"A": "1"}, "environment": "web"}); err != nil {
+		t.Fatal(err)
 	}
-	if n := len(stub.calls()); n != 0 {
-		t.Errorf("engine called %d times, want 0", n)
+	reqs := stub.calls()
+	if len(reqs) != 1 || reqs[0].Env["A"] != "1" || reqs[0].Environment != "web" || reqs[0].Image != "" {
+		t.Errorf("engine got %+v, want env A=1 and environment web", reqs)
 	}
 }
 

@@ -183,7 +183,7 @@ func (s *Server) executeRequest(ctx context.Context, a ExecuteArgs, progress fun
 		Principal: s.principal(ctx), Client: clientName(ctx), RequestID: rest.RequestID(ctx),
 		Code: a.Code, Image: a.CustomImage, Timeout: a.Timeout, Memory: a.Memory,
 		SessionID: a.SessionID, NewSession: a.Backend == BackendJupyter, MCPTools: a.MCPTools,
-		Environment: a.Environment, Progress: progress, Egress: a.Egress,
+		Environment: a.Environment, Progress: progress, Egress: a.Egress, Env: a.Env,
 	}
 }
 
@@ -287,9 +287,6 @@ func (s *Server) restExecute(ctx context.Context, body []byte) (*kernel.Result, 
 	s.active.Add(1)
 	defer s.active.Done()
 	args, err := DecodeExecuteArgs(body)
-	if err == nil {
-		err = unsupported(args)
-	}
 	if err != nil {
 		return nil, rest.NewProblem(ctx, http.StatusBadRequest, err.Error())
 	}

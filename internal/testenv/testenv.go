@@ -258,6 +258,13 @@ func mountsOf(state string, pid int) error {
 // test ends, and the test fails if the engine left anything behind.
 func Engine(t testing.TB, data bool, mutate func(*profiles.Config)) *engine.Engine {
 	t.Helper()
+	return EngineWith(t, data, mutate, engine.Options{})
+}
+
+// EngineWith is Engine with more options (an audit log, for one); opts'
+// Config is made as Engine makes it.
+func EngineWith(t testing.TB, data bool, mutate func(*profiles.Config), opts engine.Options) *engine.Engine {
+	t.Helper()
 	testutil.RequiresRoot(t)
 	cfg := profiles.Default()
 	cfg.StateDir = testutil.StateDir(t)
@@ -265,7 +272,8 @@ func Engine(t testing.TB, data bool, mutate func(*profiles.Config)) *engine.Engi
 	if mutate != nil {
 		mutate(cfg)
 	}
-	eng, err := engine.New(context.Background(), engine.Options{Config: cfg})
+	opts.Config = cfg
+	eng, err := engine.New(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}

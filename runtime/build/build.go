@@ -402,8 +402,8 @@ func (b *Builder) admit(principal, image string) (func(), error) {
 	}, nil
 }
 
-// baseLock serializes builds on one base image: they share its uv cache,
-// which each build hands to its own sandbox's uid.
+// baseLock serializes builds of one principal on one base image: they
+// share a uv cache, which each build hands to its own sandbox's uid.
 func (b *Builder) baseLock(id string) *sync.Mutex {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -490,7 +490,7 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	timeout := time.Duration(b.cfg.BuildTimeout)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	lock := b.baseLock(p.base.ID)
+	lock := b.baseLock(p.base.ID + "\x00" + p.req.Principal)
 	lock.Lock()
 	defer lock.Unlock()
 	p.req.progress(1, "preparing a writable layer on %s", p.req.BaseImage)
@@ -498,7 +498,11 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	if err != nil {
 		return nil, err
 	}
-	defer scratch.Discard()
+	defer func() {
+		if err := scratch.Discard(); err != nil {
+			b.log.Warn("removing a build's scratch layer", "image", p.image, "err", err)
+		}
+	}()
 	sb, target, _, err := b.startSandbox(ctx, p, scratch)
 	if err != nil {
 		return nil, b.timedOut(ctx, timeout, err)
@@ -555,7 +559,11 @@ func (b *Builder) startSandbox(ctx context.Context, p *plan, scratch *rootfs.Scr
 	}
 	scratch.Keep(hostTarget)
 	binds := []sandbox.Bind{{Source: hostTarget, Destination: target, Writable: true}}
-	cache := filepath.Join(b.dir, "cache", p.base.ID[:16])
+	// One cache per base image and principal: a build can write anything
+	// into its cache (unpacked archives that later builds copy from), so
+	// a cache shared between principals would let one poison another's
+	// environments.
+	cache := filepath.Join(b.dir, "cache", p.base.ID[:16]+"-"+principalKey(p.req.Principal))
 	if err := os.MkdirAll(cache, 0o700); err != nil {
 		return nil, "", "", err
 	}

@@ -2,11 +2,13 @@ package build_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
@@ -569,7 +572,7 @@ func TestEnvironmentPoolShrinks(t *testing.T) {
 	eng := testenv.Engine(t, false, func(c *profiles.Config) {
 		b := &c.EnvironmentBuilder
 		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"*"}
-		c.Pool.Enabled, c.Pool.Size, c.Pool.MaxIdleAge = true, 1, profiles.Duration(2*time.Second)
+		c.Pool.Enabled, c.Pool.Size, c.Pool.MaxIdleAge = true, 1, profiles.Duration(3*time.Second)
 	})
 	name := uniqueName("t-pool")
 	removeEnv(t, eng, name)
@@ -596,6 +599,169 @@ func TestEnvironmentPoolShrinks(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // polling for the idle pool to go, with a deadline
 	}
 	if hasPool() {
-		t.Errorf("the pool of %s is still there after %s idle", res.Image, 2*time.Second)
+		t.Errorf("the pool of %s is still there after %s idle", res.Image, 3*time.Second)
 	}
+}
+
+// TestBuildAudit: build.request, build.refused, build.complete and
+// build.failed reach the audit log, with the principal.
+func TestBuildAudit(t *testing.T) {
+	ctx := context.Background()
+	logPath := filepath.Join(t.TempDir(), "audit.log")
+	lg, err := audit.Open(logPath, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	wheels := t.TempDir()
+	makeWheel(t, wheels, "forgetestpkg", "1.0", "x")
+	eng := testenv.EngineWith(t, false, func(c *profiles.Config) {
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"forgetestpkg", "nothere"}
+	}, engine.Options{Audit: lg})
+	name := uniqueName("t-audit")
+	removeEnv(t, eng, name)
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"forgetestpkg"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"numpy"}}); !errors.Is(err, build.ErrRefused) {
+		t.Fatalf("refusal: %v", err)
+	}
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"nothere"}}); !errors.Is(err, build.ErrInstall) {
+		t.Fatalf("failure: %v", err)
+	}
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var ev audit.Event
+		if json.Unmarshal([]byte(line), &ev) == nil && strings.HasPrefix(ev.Event, "build.") {
+			if ev.Principal != "local" {
+				t.Errorf("%s names principal %q, want local", ev.Event, ev.Principal)
+			}
+			counts[ev.Event]++
+		}
+	}
+	want := map[string]int{audit.EventBuildRequest: 3, audit.EventBuildComplete: 1, audit.EventBuildRefused: 1, audit.EventBuildFailed: 1}
+	for ev, n := range want {
+		if counts[ev] != n {
+			t.Errorf("%d %s events, want %d (all: %v)", counts[ev], ev, n, counts)
+		}
+	}
+}
+
+// serveIndex serves a PEP 503 index of files (name → content) on the
+// host's loopback and returns its URL.
+func serveIndex(t *testing.T, files map[string][]byte) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	projects := map[string][]string{}
+	for f := range files {
+		proj := strings.ReplaceAll(strings.SplitN(f, "-", 2)[0], "_", "-")
+		projects[proj] = append(projects[proj], f)
+	}
+	for proj, fs := range projects {
+		mux.HandleFunc("/simple/"+proj+"/", func(w http.ResponseWriter, r *http.Request) {
+			for _, f := range fs {
+				sum := sha256.Sum256(files[f])
+				fmt.Fprintf(w, `<a href="/files/%s#sha256=%s">%s</a>`+"\n", f, hex.EncodeToString(sum[:]), f)
+			}
+		})
+	}
+	mux.HandleFunc("/files/", func(w http.ResponseWriter, r *http.Request) {
+		data, ok := files[strings.TrimPrefix(r.URL.Path, "/files/")]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(data)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String() + "/simple"
+}
+
+// TestCacheNotSharedBetweenPrincipals is an attack: one principal's build
+// runs a package's build backend, which rewrites the unpacked copy of a
+// popular package in the uv cache; another principal's build of that
+// package must not get the rewritten copy. (With one cache per base
+// image, as first written, it did.)
+func TestCacheNotSharedBetweenPrincipals(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	makeWheel(t, dir, "forgetestpkg", "1.0", "genuine")
+	whl, err := os.ReadFile(filepath.Join(dir, "forgetestpkg-1.0-py3-none-any.whl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend := `import os
+for root, dirs, files in os.walk("/opt/forge/build/cache"):
+    if root.endswith("/forgetestpkg") and "__init__.py" in files:
+        with open(os.path.join(root, "__init__.py"), "w") as f:
+            f.write('VALUE = "poisoned"\n')
+raise SystemExit("evilpkg does not build")
+`
+	index := serveIndex(t, map[string][]byte{
+		"forgetestpkg-1.0-py3-none-any.whl": whl,
+		"evilpkg-1.0.tar.gz":                sdist(t, "evilpkg", backend),
+	})
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.AllowedPackages, b.IndexURL, b.IndexHosts = true, []string{"*"}, index, nil
+	})
+	attacker := engine.Principal{Tenant: "listener:attacker"}
+	victim := engine.Principal{Tenant: "listener:victim"}
+	mine := uniqueName("t-bait")
+	if _, err := eng.BuildEnvironment(ctx, attacker, build.Request{Name: mine, Packages: []string{"forgetestpkg"}}); err != nil {
+		t.Fatal(err)
+	}
+	defer eng.RemoveEnvironment(ctx, attacker, mine)
+	if _, err := eng.BuildEnvironment(ctx, attacker, build.Request{Name: uniqueName("t-evil"), Packages: []string{"evilpkg"}}); !errors.Is(err, build.ErrInstall) {
+		t.Fatalf("the poisoning build: %v, want it to fail after its backend ran", err)
+	}
+	theirs := uniqueName("t-victim")
+	res, err := eng.BuildEnvironment(ctx, victim, build.Request{Name: theirs, Packages: []string{"forgetestpkg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for eng.RemoveEnvironment(ctx, victim, theirs) != nil && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond) // polling for the run's sandbox to go, with a deadline
+		}
+	}()
+	out, err := eng.Execute(ctx, engine.Request{Principal: victim, Code: "import forgetestpkg\nprint(forgetestpkg.VALUE)", Image: res.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out.Stdout); got != "genuine" {
+		t.Errorf("the victim's environment has VALUE %q (stderr %q), want the genuine package", got, out.Stderr)
+	}
+}
+
+// sdist is a source distribution of name whose in-tree build backend is
+// backend (run when the installer loads it).
+func sdist(t *testing.T, name, backend string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for file, body := range map[string]string{
+		"PKG-INFO":       "Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n",
+		"pyproject.toml": "[build-system]\nrequires = []\nbuild-backend = \"backend\"\nbackend-path = [\".\"]\n",
+		"backend.py":     backend,
+	} {
+		tw.WriteHeader(&tar.Header{Name: name + "-1.0/" + file, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	gz.Close()
+	return buf.Bytes()
 }

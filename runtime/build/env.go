@@ -48,8 +48,18 @@ func repoOf(principal string) string {
 	if principal == localPrincipal {
 		return Repo
 	}
+	return Repo + "-" + principalKey(principal)
+}
+
+// principalKey names a principal in paths and image names: "local", or 8
+// hex digits of a hash of its name (which may hold any printable
+// character).
+func principalKey(principal string) string {
+	if principal == localPrincipal {
+		return localPrincipal
+	}
 	h := sha256.Sum256([]byte(principal))
-	return Repo + "-" + hex.EncodeToString(h[:4])
+	return hex.EncodeToString(h[:4])
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)

@@ -241,6 +241,8 @@ type Request struct {
 	// under the policy it had). For a session it becomes the session's
 	// policy, which survives hibernation.
 	Egress *egress.Policy
+	// Env are environment variables for the code (os.environ).
+	Env map[string]string
 }
 
 // Plan is a validated request: the limits in force and the image.
@@ -305,6 +307,9 @@ func (e *Engine) validate(req Request) (Plan, error) {
 			return p, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
 		p.Egress = pol
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return p, err
 	}
 	if len(req.MCPTools) > 0 {
 		if e.bridge == nil {
@@ -386,6 +391,9 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 	if err := e.setEgress(ctx, sb, plan.Egress, egress.Who{Principal: req.Principal.Tenant, Purpose: "execute"}); err != nil {
 		return nil, err
 	}
+	if err := setEnv(ctx, sb, req.Env); err != nil {
+		return nil, err
+	}
 	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit)})
 }
 
@@ -412,6 +420,11 @@ func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandb
 		if warm {
 			setMode(ctx, ModeWarm)
 		}
+		e.mu.Lock()
+		if e.poolUsed != nil {
+			e.poolUsed[image] = time.Now() // idle from here: a cold acquire can take a while
+		}
+		e.mu.Unlock()
 		return sb, err
 	}
 	return e.startSandbox(ctx, image)

@@ -87,6 +87,9 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 			return err
 		}
 		meta.Egress = stored
+		if err := setEnv(ctx, sb, req.Env); err != nil {
+			return err
+		}
 		res, err = sb.Exec(ctx, req.Code, sandbox.ExecOptions{
 			Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit),
 			KeepAlive: true, Grace: interruptGrace,

@@ -993,7 +993,17 @@ func (b *boundedBuffer) String() string {
 var _ io.Writer = (*boundedBuffer)(nil)
 
 // MemoryCurrent is the sandbox's current memory charge in bytes.
+// It does not wait for a Destroy (or a pause) in progress: the cgroup
+// manager it reads is not safe to use while Destroy removes its paths, so
+// it then answers ErrClosed (a pool's stats skip that sandbox).
 func (s *Sandbox) MemoryCurrent() (uint64, error) {
+	if !s.mu.TryLock() {
+		return 0, ErrClosed
+	}
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return 0, ErrClosed
+	}
 	return cgroups.ReadMemoryCurrent(s.cgm)
 }
 
