@@ -72,6 +72,7 @@ func (s *Server) mountService(mux *http.ServeMux) {
 // client of the listener is listener principal p (loopback only).
 func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who := p // per request: p is shared by every request of the listener
 		id := rest.NewRequestID()
 		w.Header().Set(rest.HeaderRequestID, id)
 		ctx := rest.WithRequestID(r.Context(), id)
@@ -88,10 +89,10 @@ func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handle
 				return
 			}
 			ctx = auth.WithIdentity(ctx, ident)
-			p = ident.Principal()
+			who = ident.Principal()
 			trace.SpanFromContext(ctx).SetAttributes(attribute.String("forge.tenant", ident.Tenant))
 		}
-		ctx = withPrincipal(ctx, p)
+		ctx = withPrincipal(ctx, who)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

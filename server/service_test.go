@@ -542,3 +542,34 @@ func TestTracesExported(t *testing.T) {
 		}
 	}
 }
+
+// Concurrent requests of two tenants each act for their own token's tenant
+// (the principal is per request, never shared by the listener's requests).
+func TestConcurrentTenantsStayApart(t *testing.T) {
+	sv := serveService(t, profiles.TenantsConfig{})
+	r := sv.do(t, "POST", "/api/v1/sandboxes", "alice", []byte(`{}`))
+	var ref rest.SandboxRef
+	if err := json.Unmarshal(r.body, &ref); err != nil || ref.ID == "" {
+		t.Fatalf("create sandbox: %d %s", r.status, r.body)
+	}
+	defer sv.do(t, "DELETE", "/api/v1/sandboxes/"+ref.ID, "alice", nil)
+	var wg sync.WaitGroup
+	var leaks, misses atomic.Int64
+	for i := range 64 {
+		wg.Go(func() {
+			tenant := []string{"alice", "bob"}[i%2]
+			r := sv.do(t, "GET", "/api/v1/sandboxes", tenant, nil)
+			has := strings.Contains(string(r.body), ref.ID)
+			if tenant == "bob" && has {
+				leaks.Add(1)
+			}
+			if tenant == "alice" && !has {
+				misses.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if leaks.Load() > 0 || misses.Load() > 0 {
+		t.Errorf("%d of bob's listings showed alice's session, %d of alice's lacked it", leaks.Load(), misses.Load())
+	}
+}
