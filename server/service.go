@@ -354,7 +354,8 @@ func (s *Server) deleteFile(ctx context.Context, id, path string) error {
 }
 
 // ready is /readyz: the image store answers and, with the pool on, the
-// default image's pool has a sandbox ready.
+// default image's pool has been warm (it has a sandbox ready, or has served
+// one): a busy moment that empties the pool does not flip readiness.
 func (s *Server) ready(ctx context.Context) error {
 	if s.draining() {
 		return errors.New("shutting down")
@@ -366,7 +367,7 @@ func (s *Server) ready(ctx context.Context) error {
 		return nil
 	}
 	for _, st := range s.eng.PoolStats() {
-		if st.Name == s.cfg.Images.Default && st.Ready > 0 {
+		if st.Name == s.cfg.Images.Default && (st.Ready > 0 || st.Hits > 0) {
 			return nil
 		}
 	}
