@@ -35,6 +35,7 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/internal/audit"
@@ -493,6 +494,13 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	lock := b.baseLock(p.base.ID + "\x00" + p.req.Principal)
 	lock.Lock()
 	defer lock.Unlock()
+	// Other forge processes on the state dir (forge env build beside a
+	// server) use the same cache: hold its lock file too.
+	unlock, err := lockFile(ctx, b.cacheDir(p)+".lock")
+	if err != nil {
+		return nil, b.timedOut(ctx, timeout, fmt.Errorf("waiting for the uv cache: %w", err))
+	}
+	defer unlock()
 	p.req.progress(1, "preparing a writable layer on %s", p.req.BaseImage)
 	scratch, err := b.opts.Store.NewScratch(ctx, p.base.ID)
 	if err != nil {
@@ -559,11 +567,7 @@ func (b *Builder) startSandbox(ctx context.Context, p *plan, scratch *rootfs.Scr
 	}
 	scratch.Keep(hostTarget)
 	binds := []sandbox.Bind{{Source: hostTarget, Destination: target, Writable: true}}
-	// One cache per base image and principal: a build can write anything
-	// into its cache (unpacked archives that later builds copy from), so
-	// a cache shared between principals would let one poison another's
-	// environments.
-	cache := filepath.Join(b.dir, "cache", p.base.ID[:16]+"-"+principalKey(p.req.Principal))
+	cache := b.cacheDir(p)
 	if err := os.MkdirAll(cache, 0o700); err != nil {
 		return nil, "", "", err
 	}
@@ -663,6 +667,38 @@ func (b *Builder) indexHosts() []string {
 		hosts = append(hosts, h)
 	}
 	return append(hosts, b.cfg.IndexHosts...)
+}
+
+// cacheDir is the uv cache of the plan's base image and principal: a build
+// can write anything into its cache (unpacked archives that later builds
+// copy from), so a cache shared between principals would let one poison
+// another's environments.
+func (b *Builder) cacheDir(p *plan) string {
+	return filepath.Join(b.dir, "cache", p.base.ID[:16]+"-"+principalKey(p.req.Principal))
+}
+
+// lockFile takes an exclusive flock on path, waiting while ctx lasts.
+func lockFile(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // readableByOthers checks that the build sandbox's unprivileged user can
