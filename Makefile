@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build image image-data image-trixie test-images run test test-sdk test-clients test-v2 stress fuzz bench lint clean
+.PHONY: FORCE all deps build image image-data image-trixie test-images run test test-sdk test-clients test-v2 test-api load stress fuzz bench lint clean
 
 all: build
 
@@ -71,6 +71,7 @@ TESTENV   := FORGE_TEST_MCPSERVER=$(CURDIR)/$(MCPSERVER)
 test: build test-images $(MCPSERVER)
 	$(TESTENV) $(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
 	$(MAKE) --no-print-directory test-sdk
+	$(MAKE) --no-print-directory test-api
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
 	$(MAKE) --no-print-directory test-v2
 
@@ -86,6 +87,18 @@ test-sdk:
 
 test-clients:
 	scripts/test-clients.sh
+
+# The REST API against its OpenAPI document: schemathesis (pinned, in a
+# venv), a bounded number of requests per operation; no 5xx, every
+# response as documented. Then a short load (make load for the long one).
+test-api: build test-images
+	scripts/test-api.sh
+
+# 60 s of POST /api/v1/execute at concurrency 16 against bin/forge serve:
+# no 5xx, flat RSS, p50/p99 printed (make test runs a 10 s form).
+LOAD_DURATION ?= 60s
+load: build test-images
+	FORGE_LOAD_DURATION=$(LOAD_DURATION) $(GO) test $(GOFLAGS) -count=1 -timeout 10m -v -run TestExecuteLoad ./test/load
 
 # The full stress and fault suite (test/stress): STRESS_RUNS executions at
 # concurrency 8, then the fault tests. Without -race, so the throughput it

@@ -39,6 +39,18 @@ func (c *Config) Clone() *Config {
 	d := *c
 	d.Server.AllowedOrigins = slices.Clone(c.Server.AllowedOrigins)
 	d.Server.AllowedHosts = slices.Clone(c.Server.AllowedHosts)
+	d.Server.Auth.Tokens = slices.Clone(c.Server.Auth.Tokens)
+	for i := range d.Server.Auth.Tokens {
+		d.Server.Auth.Tokens[i].Scopes = slices.Clone(d.Server.Auth.Tokens[i].Scopes)
+	}
+	d.Server.Tenants.Default.Egress = slices.Clone(c.Server.Tenants.Default.Egress)
+	if c.Server.Tenants.Overrides != nil {
+		d.Server.Tenants.Overrides = make(map[string]TenantLimits, len(c.Server.Tenants.Overrides))
+		for k, v := range c.Server.Tenants.Overrides {
+			v.Egress = slices.Clone(v.Egress)
+			d.Server.Tenants.Overrides[k] = v
+		}
+	}
 	d.Images.AllowedPatterns = slices.Clone(c.Images.AllowedPatterns)
 	d.EnvironmentBuilder.AllowedPackages = slices.Clone(c.EnvironmentBuilder.AllowedPackages)
 	d.Pool.WarmModules = slices.Clone(c.Pool.WarmModules)

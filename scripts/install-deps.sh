@@ -81,3 +81,6 @@ if ! "$pa/bin/pip-audit" --version 2>/dev/null | grep -qx "pip-audit $pip_audit_
 	python3 -m venv "$pa"
 	"$pa/bin/python" -m pip install --quiet --disable-pip-version-check "pip-audit==$pip_audit_version"
 fi
+
+# schemathesis (make test-api) lives in a venv of its own in forge's cache dir.
+scripts/schemathesis-venv.sh >/dev/null

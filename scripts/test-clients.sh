@@ -75,6 +75,7 @@ run "progress and cancellation over HTTP (TypeScript SDK, raw 2026-07-28)" node 
 command -v chromium >/dev/null || die "needs chromium (scripts/install-deps.sh installs it)"
 export FORGE_ARTIFACT_DIR=${FORGE_ARTIFACT_DIR:-$(mktemp -d -t forge-app-XXXXXX)}
 run "MCP App in Chromium (ext-apps AppBridge)" node --test --test-reporter=spec app-browser.mjs
+run "TypeScript SDK over HTTP with bearer tokens" node --test --test-reporter=spec sdk-http-auth.mjs
 # The standalone forge_tools server (sdk/python, no forge involved).
 run "forge_tools serve: TypeScript SDK over stdio" node --test --test-reporter=spec forge-tools-sdk.mjs
 run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=spec forge-tools-inspector.mjs

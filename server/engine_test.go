@@ -56,7 +56,7 @@ func realEngine(t *testing.T) *engine.Engine {
 		b := &cfg.EnvironmentBuilder
 		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"*"}
 		var eng *engine.Engine
-		if eng, realErr = engine.New(ctx, engine.Options{Config: cfg}); realErr != nil {
+		if eng, realErr = engine.New(ctx, engine.Options{Config: cfg, Observer: &testObserver}); realErr != nil {
 			return
 		}
 		realEng = eng

@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/server/tenant"
 )
 
 const toolExecute = "execute_python"
@@ -124,12 +125,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
 	report, stopProgress := s.progress(ctx, req)
-	res, err := s.eng.Execute(ectx, engine.Request{
-		Principal: s.principal(ctx), Client: clientName(ctx),
-		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
-		SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter, MCPTools: args.MCPTools,
-		Egress: args.Egress, Progress: report, Environment: args.Environment, Env: args.Env,
-	})
+	res, err := s.execute(ectx, s.executeRequest(ctx, args, report))
 	stopProgress()
 	if s.cancelledByClient(ctx, args.SessionID) {
 		return nil, errCancelled
@@ -146,7 +142,10 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 // else is forge's fault and says so.
 func (s *Server) executeError(err error) *mcp.CallToolResult {
 	var refused *engine.RefusedError
+	var limited *tenant.LimitError
 	switch {
+	case errors.As(err, &limited):
+		return mcp.NewToolResultError("Not run: " + limited.Error() + ". Your code did not start.")
 	case errors.Is(err, engine.ErrBusy):
 		return mcp.NewToolResultError("Not run: " + err.Error() + ". Your code did not start; send the same call again.")
 	case errors.As(err, &refused):

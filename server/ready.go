@@ -3,11 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/server/rest"
 )
 
 // Deferred is an Engine still opening (the image store, the pools, the
@@ -53,8 +55,37 @@ func (d *Deferred) Wait(ctx context.Context) error {
 	}
 }
 
+// Opened reports, without waiting, whether the engine is open.
+func (d *Deferred) Opened() bool {
+	select {
+	case <-d.ready:
+		return d.err == nil
+	default:
+		return false
+	}
+}
+
 // waiter is an engine that may still be opening (*Deferred).
-type waiter interface{ Wait(context.Context) error }
+type waiter interface {
+	Wait(context.Context) error
+	Opened() bool
+}
+
+// readyHTTP holds a REST request until the engine is open (503 problem if
+// it cannot open, or the client gives up first).
+func (s *Server) readyHTTP(next http.Handler) http.Handler {
+	w, ok := s.eng.(waiter)
+	if !ok {
+		return next
+	}
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if err := w.Wait(r.Context()); err != nil {
+			rest.NewProblem(r.Context(), http.StatusServiceUnavailable, err.Error()).Write(rw)
+			return
+		}
+		next.ServeHTTP(rw, r)
+	})
+}
 
 // readyTools holds a tool call until the engine is open.
 func (s *Server) readyTools(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {

@@ -54,7 +54,7 @@ func envEngine(ctx context.Context, g *globals) (*engine.Engine, *profiles.Confi
 		return nil, nil, nil, err
 	}
 	cfg.Pool.Enabled = false
-	auditLog, err := openAudit(cfg.StateDir, cfg.Security.AuditLog, int64(cfg.Security.AuditMaxSize), cfg.Security.AuditMaxBackups)
+	auditLog, err := openAudit(cfg.StateDir, cfg.Security.AuditLog, int64(cfg.Security.AuditMaxSize), cfg.Security.AuditMaxBackups, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -296,3 +296,19 @@ func TestOpenErrors(t *testing.T) {
 		t.Error("Open(directory): got nil, want error")
 	}
 }
+
+func TestObserveSeesScrubbedEvents(t *testing.T) {
+	var seen []Event
+	l, err := Open(filepath.Join(t.TempDir(), "audit.log"), Options{Observe: func(ev Event) { seen = append(seen, ev) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.Log(Event{Event: EventSecurityViolation, RequestID: "abc", Fields: map[string]any{"code": "print(1)"}})
+	if len(seen) != 1 || seen[0].RequestID != "abc" || seen[0].Time.IsZero() || seen[0].Severity != SeverityCritical {
+		t.Fatalf("observed %+v, want one stamped critical event with its request id", seen)
+	}
+	if _, ok := seen[0].Fields["code"]; ok {
+		t.Errorf("the observer saw an unscrubbed field: %v", seen[0].Fields)
+	}
+}

@@ -39,6 +39,8 @@ type Options struct {
 	Logger   *slog.Logger
 	Audit    *audit.Logger
 	Progress io.Writer
+	// Observer, when set, is told about every execution (metrics).
+	Observer Observer
 }
 
 // Engine runs code. Safe for concurrent use.
@@ -67,6 +69,7 @@ type Engine struct {
 	inflight atomic.Int64          // executions in flight
 	bg       sync.WaitGroup        // background destroys
 	grants   sessionGrants
+	observer Observer // nil = none
 }
 
 // New opens the image store and the sandbox runtime (both clean up what
@@ -85,7 +88,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	if opts.Audit == nil {
 		opts.Audit = audit.Discard()
 	}
-	e := &Engine{cfg: cfg, log: opts.Logger, audit: opts.Audit,
+	e := &Engine{cfg: cfg, log: opts.Logger, audit: opts.Audit, observer: opts.Observer,
 		slots: make(chan struct{}, max(cfg.Execution.MaxConcurrent, 1)), done: make(chan struct{})}
 	var err error
 	if e.def, e.max, err = limitsOf(cfg); err != nil {
@@ -243,6 +246,8 @@ type Request struct {
 	Environment string
 	// Env are environment variables for the code (os.environ).
 	Env map[string]string
+	// RequestID is the face's id of the request, for the audit log.
+	RequestID string
 }
 
 // Progress is one report of a long request: output the code wrote since the
@@ -358,8 +363,12 @@ func orF(v, d float64) float64 {
 // or in the request's session. Errors the caller must fix are
 // *RefusedError.
 func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, error) {
-	res, err := e.execute(ctx, req)
-	return res, refuse(err)
+	start := time.Now()
+	mode := new(modeBox)
+	res, err := e.execute(withMode(ctx, mode), req)
+	err = refuse(err)
+	e.observe(req, mode.get(), start, res, err)
+	return res, err
 }
 
 func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, error) {
@@ -382,14 +391,17 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 	}
 	defer func() { <-e.slots }()
 	e.audit.Log(audit.Event{Event: audit.EventExecutionRequest, Severity: audit.SeverityInfo, Image: plan.Image,
-		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client, Principal: req.Principal.Tenant, SessionID: req.SessionID})
+		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client, Principal: req.Principal.Tenant, SessionID: req.SessionID,
+		RequestID: req.RequestID})
 	if req.SessionID != "" || req.NewSession {
+		setMode(ctx, ModeSession)
 		return e.executeSession(ctx, req, plan)
 	}
 	sb, err := e.acquire(ctx, plan)
 	if err != nil {
 		return nil, err
 	}
+	setMode(ctx, ModeCold) // unless the pool said warm
 	defer e.destroy(sb)
 	e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), Image: plan.Image})
 	if len(req.MCPTools) > 0 {
@@ -427,7 +439,10 @@ func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, erro
 // from the warm pool when there is one.
 func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandbox, error) {
 	if p := e.poolFor(image); p != nil {
-		sb, _, err := p.Acquire(ctx)
+		sb, warm, err := p.Acquire(ctx)
+		if warm {
+			setMode(ctx, ModeWarm)
+		}
 		e.mu.Lock()
 		if e.poolUsed != nil {
 			e.poolUsed[image] = time.Now() // idle from here: a cold acquire can take a while
