@@ -27,13 +27,15 @@ type Config struct {
 
 // ServerConfig configures the MCP server.
 type ServerConfig struct {
-	Name           string   `yaml:"name" doc:"Server name reported to MCP clients."`
-	Transport      string   `yaml:"transport" doc:"MCP transport: stdio, or http (streamable HTTP at /mcp plus the REST API)."`
-	HTTPAddr       string   `yaml:"http_addr" doc:"host:port the HTTP transport listens on."`
-	AllowedOrigins []string `yaml:"allowed_origins" doc:"Origins (scheme://host[:port]) allowed to call the HTTP transport from a browser, besides loopback origins (http://localhost, http://127.0.0.1, http://[::1], any port), which are always allowed. Any other Origin is refused with 403."`
-	AllowedHosts   []string `yaml:"allowed_hosts" doc:"Host header values (without port) the HTTP transport accepts; protects against DNS rebinding."`
-	LogLevel       string   `yaml:"log_level" doc:"Minimum level logged to stderr: debug, info, warn or error."`
-	ShutdownGrace  Duration `yaml:"shutdown_grace" doc:"How long a shutdown waits for running executions before killing them."`
+	Name           string        `yaml:"name" doc:"Server name reported to MCP clients."`
+	Transport      string        `yaml:"transport" doc:"MCP transport: stdio, or http (streamable HTTP at /mcp plus the REST API)."`
+	HTTPAddr       string        `yaml:"http_addr" doc:"host:port the HTTP transport listens on."`
+	AllowedOrigins []string      `yaml:"allowed_origins" doc:"Origins (scheme://host[:port]) allowed to call the HTTP transport from a browser, besides loopback origins (http://localhost, http://127.0.0.1, http://[::1], any port), which are always allowed. Any other Origin is refused with 403."`
+	AllowedHosts   []string      `yaml:"allowed_hosts" doc:"Host header values (without port) the HTTP transport accepts; protects against DNS rebinding."`
+	LogLevel       string        `yaml:"log_level" doc:"Minimum level logged to stderr: debug, info, warn or error."`
+	ShutdownGrace  Duration      `yaml:"shutdown_grace" doc:"How long a shutdown waits for running executions before killing them."`
+	Auth           AuthConfig    `yaml:"auth" doc:"Bearer-token authentication of the HTTP transport (MCP at /mcp and the REST API under /api/v1)."`
+	Tenants        TenantsConfig `yaml:"tenants" doc:"Per-tenant rate limits and quotas of the HTTP transport."`
 }
 
 // ExecutionConfig holds the defaults and maxima of one execution.

@@ -39,6 +39,11 @@ func (c *Config) Clone() *Config {
 	d := *c
 	d.Server.AllowedOrigins = slices.Clone(c.Server.AllowedOrigins)
 	d.Server.AllowedHosts = slices.Clone(c.Server.AllowedHosts)
+	d.Server.Auth.Tokens = slices.Clone(c.Server.Auth.Tokens)
+	for i := range d.Server.Auth.Tokens {
+		d.Server.Auth.Tokens[i].Scopes = slices.Clone(d.Server.Auth.Tokens[i].Scopes)
+	}
+	d.Server.Tenants.Overrides = maps.Clone(c.Server.Tenants.Overrides)
 	d.Images.AllowedPatterns = slices.Clone(c.Images.AllowedPatterns)
 	d.EnvironmentBuilder.AllowedPackages = slices.Clone(c.EnvironmentBuilder.AllowedPackages)
 	d.Pool.WarmModules = slices.Clone(c.Pool.WarmModules)

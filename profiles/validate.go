@@ -47,6 +47,7 @@ func (c *Config) Validate() error {
 		p.add("state_dir", "must be an absolute path, got %q", c.StateDir)
 	}
 	c.validateServer(&p)
+	c.validateService(&p)
 	c.validateExecution(&p)
 	c.validateLimits(&p)
 	c.validateImages(&p)

@@ -3,10 +3,11 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/mcp-forge/forge/runtime/session"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-forge/forge/runtime/session"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -101,27 +102,30 @@ func TestListenAddr(t *testing.T) {
 	for _, tc := range []struct {
 		in          string
 		allowRemote bool
+		authn       bool
 		want        string
 		wantErr     error
 	}{
-		{"8080", false, "127.0.0.1:8080", nil},
-		{":8080", false, "127.0.0.1:8080", nil},
-		{"127.0.0.1:0", false, "127.0.0.1:0", nil},
-		{"localhost:9", false, "localhost:9", nil},
-		{"[::1]:9", false, "[::1]:9", nil},
-		{"0.0.0.0:8080", false, "", ErrRemoteBind},
-		{"[::]:8080", false, "", ErrRemoteBind},
-		{"192.168.1.5:80", false, "", ErrRemoteBind},
-		{"example.com:80", false, "", ErrRemoteBind},
-		{"0.0.0.0:8080", true, "0.0.0.0:8080", nil},
+		{"8080", false, false, "127.0.0.1:8080", nil},
+		{":8080", false, false, "127.0.0.1:8080", nil},
+		{"127.0.0.1:0", false, false, "127.0.0.1:0", nil},
+		{"localhost:9", false, false, "localhost:9", nil},
+		{"[::1]:9", false, false, "[::1]:9", nil},
+		{"0.0.0.0:8080", false, false, "", ErrRemoteBind},
+		{"[::]:8080", false, false, "", ErrRemoteBind},
+		{"192.168.1.5:80", false, false, "", ErrRemoteBind},
+		{"example.com:80", false, false, "", ErrRemoteBind},
+		{"0.0.0.0:8080", true, false, "", ErrRemoteBind}, // no token: never remote
+		{"0.0.0.0:8080", false, true, "", ErrRemoteBind}, // a token, but not asked for
+		{"0.0.0.0:8080", true, true, "0.0.0.0:8080", nil},
 	} {
-		got, err := ListenAddr(tc.in, tc.allowRemote)
+		got, err := ListenAddr(tc.in, tc.allowRemote, tc.authn)
 		if !errors.Is(err, tc.wantErr) || got != tc.want {
-			t.Errorf("ListenAddr(%q, %v) = %q, %v; want %q, %v", tc.in, tc.allowRemote, got, err, tc.want, tc.wantErr)
+			t.Errorf("ListenAddr(%q, %v, %v) = %q, %v; want %q, %v", tc.in, tc.allowRemote, tc.authn, got, err, tc.want, tc.wantErr)
 		}
 	}
 	for _, bad := range []string{"", "host", "1.2.3.4:99999", "x:y"} {
-		if _, err := ListenAddr(bad, true); err == nil {
+		if _, err := ListenAddr(bad, true, true); err == nil {
 			t.Errorf("ListenAddr(%q) = nil error, want one", bad)
 		}
 	}

@@ -53,7 +53,7 @@ func realEngine(t *testing.T) *engine.Engine {
 		cfg.Server.ShutdownGrace = profiles.Duration(5 * time.Second)
 		cfg.MCPTools = map[string]profiles.MCPToolServer{"test": {Command: mcpServer}}
 		var eng *engine.Engine
-		if eng, realErr = engine.New(ctx, engine.Options{Config: cfg}); realErr != nil {
+		if eng, realErr = engine.New(ctx, engine.Options{Config: cfg, Observer: &testObserver}); realErr != nil {
 			return
 		}
 		realEng = eng

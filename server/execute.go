@@ -14,6 +14,7 @@ import (
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/server/tenant"
 )
 
 const toolExecute = "execute_python"
@@ -135,11 +136,7 @@ func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*m
 	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
-	res, err := s.eng.Execute(ectx, engine.Request{
-		Principal: s.principal(ctx), Client: clientName(ctx),
-		Code: args.Code, Image: args.CustomImage, Timeout: args.Timeout, Memory: args.Memory,
-		SessionID: args.SessionID, NewSession: args.Backend == BackendJupyter, MCPTools: args.MCPTools,
-	})
+	res, err := s.execute(ectx, s.executeRequest(ctx, args))
 	if err != nil {
 		return s.executeError(err), nil
 	}
@@ -160,7 +157,10 @@ func unsupported(a ExecuteArgs) error {
 // else is forge's fault and says so.
 func (s *Server) executeError(err error) *mcp.CallToolResult {
 	var refused *engine.RefusedError
+	var limited *tenant.LimitError
 	switch {
+	case errors.As(err, &limited):
+		return mcp.NewToolResultError("Not run: " + limited.Error() + ". Your code did not start.")
 	case errors.Is(err, engine.ErrBusy):
 		return mcp.NewToolResultError("Not run: " + err.Error() + ". Your code did not start; send the same call again.")
 	case errors.As(err, &refused):

@@ -27,8 +27,9 @@ const EndpointPath = "/mcp"
 
 // ListenAddr checks and completes the --http address: a bare port or
 // ":port" means 127.0.0.1:port; a host that is not loopback (including the
-// wildcard addresses) is refused unless allowRemote.
-func ListenAddr(addr string, allowRemote bool) (string, error) {
+// wildcard addresses) is refused unless allowRemote and authenticated
+// (bearer tokens exist).
+func ListenAddr(addr string, allowRemote, authenticated bool) (string, error) {
 	addr = strings.TrimSpace(addr)
 	if _, err := strconv.ParseUint(addr, 10, 16); err == nil {
 		addr = ":" + addr
@@ -43,10 +44,13 @@ func ListenAddr(addr string, allowRemote bool) (string, error) {
 	if host == "" {
 		host = "127.0.0.1"
 	}
-	if !allowRemote && !isLoopbackName(host) {
-		return "", fmt.Errorf("%w %q: forge runs code for whoever can reach it, and the HTTP transport has no authentication. "+
-			"Bind to 127.0.0.1 (the default), or pass --allow-remote and set server.allowed_hosts (and allowed_origins) "+
-			"if you really mean to expose it, behind an authenticating proxy", ErrRemoteBind, addr)
+	if !isLoopbackName(host) && !authenticated {
+		return "", fmt.Errorf("%w %q: forge runs code for whoever can reach it, and no bearer token is configured, so the HTTP transport would be unauthenticated. "+
+			"Bind to 127.0.0.1 (the default), or create a token (forge token create --tenant T --scopes execute) or list one in server.auth.tokens, "+
+			"then pass --allow-remote and set server.allowed_hosts", ErrRemoteBind, addr)
+	}
+	if !isLoopbackName(host) && !allowRemote {
+		return "", fmt.Errorf("%w %q: pass --allow-remote to serve a non-loopback address (and set server.allowed_hosts to the names clients use)", ErrRemoteBind, addr)
 	}
 	return net.JoinHostPort(host, port), nil
 }
@@ -95,7 +99,8 @@ func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Con
 	mcpHTTP := mcpserver.NewStreamableHTTPServer(s.mcp, opts...)
 	mux := http.NewServeMux()
 	mux.Handle(EndpointPath, s.precheckHTTP(p, mcpHTTP))
-	return s.guard(mux), mcpHTTP.Shutdown
+	s.mountService(mux)
+	return s.guard(s.authenticate(p, mux)), mcpHTTP.Shutdown
 }
 
 // ServeHTTP serves the HTTP transport on ln until ctx is cancelled, then
@@ -206,7 +211,9 @@ func truncate(s string, n int) string {
 // decode ride along in the request's context to the handler.
 func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r = r.WithContext(withPrincipal(r.Context(), p))
+		if _, ok := r.Context().Value(principalKey{}).(engine.Principal); !ok {
+			r = r.WithContext(withPrincipal(r.Context(), p)) // else: the token's tenant (authenticate)
+		}
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)
 			return

@@ -18,6 +18,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -32,6 +33,8 @@ import (
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/session"
+	"github.com/mcp-forge/forge/server/auth"
+	"github.com/mcp-forge/forge/server/tenant"
 )
 
 // Engine is everything the server needs of the engine (*engine.Engine
@@ -70,6 +73,15 @@ type Options struct {
 	// engine.LocalPrincipal over stdio and for in-process clients, and
 	// engine.ListenerPrincipal(address) over HTTP.
 	Principal engine.Principal
+	// Auth checks bearer tokens on HTTP; nil or not Enabled = no tokens
+	// (the HTTP listener must then be on loopback).
+	Auth *auth.Authenticator
+	// Tenants are the per-tenant rate limits and quotas; nil = none.
+	Tenants *tenant.Limits
+	// Metrics, when set, is served at /metrics (scope admin).
+	Metrics http.Handler
+	// OnLimited is told when a tenant limit refuses a request (metrics).
+	OnLimited func(tenant, what string)
 }
 
 // Server is forge's MCP server. Create it with New, then serve it with
@@ -82,6 +94,8 @@ type Server struct {
 	audit *audit.Logger
 	mcp   *mcpserver.MCPServer
 	tool  mcp.Tool
+	// tenants are Options.Tenants.
+	tenants *tenant.Limits
 
 	// drain is closed when shutdown begins: executions in flight keep
 	// running (their request contexts may already be gone) until kill.
@@ -105,7 +119,7 @@ func New(eng Engine, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{})}
+	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{}), tenants: opts.Tenants}
 	s.kill, s.cancelKill = context.WithCancel(context.Background())
 	name := s.cfg.Server.Name
 	if name == "" {
@@ -119,6 +133,7 @@ func New(eng Engine, opts Options) *Server {
 		mcpserver.WithLogging(),
 		mcpserver.WithRecovery(),
 		mcpserver.WithResourceRecovery(),
+		mcpserver.WithToolHandlerMiddleware(s.toolGate),
 	)
 	s.tool = executeTool(s.cfg)
 	s.mcp.AddTool(s.tool, s.handleExecute)

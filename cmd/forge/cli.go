@@ -48,6 +48,8 @@ const topUsage = `forge: run untrusted Python in sandboxes, as an MCP server or 
 
 Usage:
   forge serve   [--config FILE] [--http ADDR]     MCP over stdio, or streamable HTTP at /mcp
+                                                 plus the REST API at /api/v1 and /metrics
+  forge token   create|ls|revoke                 bearer tokens of the HTTP transport
   forge run     [flags] [-f FILE | CODE | -]      one stateless run
   forge image   ls [--json] | pull REF | import REF | bootstrap [--packages P,..] | rm REF
   forge gc                                        remove what a crashed forge left behind
@@ -119,6 +121,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		"doctor":  cmdDoctor,
 		"bench":   cmdBench,
 		"version": cmdVersion,
+		"token":   cmdToken,
 	}
 	cmd, ok := cmds[rest[0]]
 	if !ok {

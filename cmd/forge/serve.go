@@ -12,6 +12,9 @@ import (
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/server"
+	"github.com/mcp-forge/forge/server/auth"
+	"github.com/mcp-forge/forge/server/metrics"
+	"github.com/mcp-forge/forge/server/tenant"
 )
 
 const serveUsage = `Usage: forge serve [--config FILE] [--http ADDR] [--allow-remote]
@@ -22,9 +25,13 @@ http://ADDR/mcp with --http (or server.transport: http in the config).
   --config FILE    configuration file (also a global flag; env FORGE_CONFIG)
   --http ADDR      serve HTTP on ADDR: PORT, :PORT or HOST:PORT; the host
                    defaults to 127.0.0.1
-  --allow-remote   allow a non-loopback HTTP address (there is no
-                   authentication: put an authenticating proxy in front and
-                   set server.allowed_hosts / allowed_origins)
+  --allow-remote   allow a non-loopback HTTP address; needs a bearer token
+                   (forge token create, or server.auth.tokens) and
+                   server.allowed_hosts naming the address
+
+With --http, forge also serves the REST API under /api/v1 (OpenAPI document
+at /api/v1/openapi.json), /healthz, /readyz and /metrics. Once any token
+exists, every request but the probes needs "Authorization: Bearer TOKEN".
 
 Logs go to stderr; in stdio mode stdout carries only JSON-RPC. SIGINT,
 SIGTERM or (stdio) the end of stdin shut down gracefully: running
@@ -64,9 +71,13 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		addr = cfg.Server.HTTPAddr
 	}
 	var ln net.Listener
+	var authn *auth.Authenticator
 	if addr != "" {
+		if authn, err = auth.NewAuthenticator(auth.OpenStore(cfg.StateDir), cfg.Server.Auth.Tokens); err != nil {
+			return err
+		}
 		// Check and bind before the engine starts, so a bad address fails fast.
-		if addr, err = server.ListenAddr(addr, *allowRemote); err != nil {
+		if addr, err = server.ListenAddr(addr, *allowRemote, authn.Enabled()); err != nil {
 			return usageError{fmt.Errorf("serve: %w", err)}
 		}
 		if ln, err = net.Listen("tcp", addr); err != nil {
@@ -75,21 +86,25 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		defer ln.Close()
 	}
 
-	auditLog, err := openAudit(cfg.StateDir, cfg.Security.AuditLog, int64(cfg.Security.AuditMaxSize), cfg.Security.AuditMaxBackups)
+	met := metrics.New()
+	auditLog, err := openAudit(cfg.StateDir, cfg.Security.AuditLog, int64(cfg.Security.AuditMaxSize), cfg.Security.AuditMaxBackups, met.ObserveAudit)
 	if err != nil {
 		return err
 	}
 	defer auditLog.Close()
-	eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr})
+	eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr, Observer: met})
 	if err != nil {
 		return err
 	}
+	met.SetSource(eng)
 	eng.Prewarm() // the pool fills while the client connects
 	srv := server.New(eng, server.Options{Version: version, Logger: g.log, Audit: auditLog,
-		Host: func() any { return hostChecks() }})
+		Host: func() any { return hostChecks() },
+		Auth: authn, Tenants: tenant.New(cfg.Server.Tenants), Metrics: met.Handler(), OnLimited: met.Limited})
 
 	if ln != nil {
-		g.log.Info("serving MCP over streamable HTTP", "url", "http://"+ln.Addr().String()+server.EndpointPath)
+		g.log.Info("serving MCP over streamable HTTP and the REST API", "url", "http://"+ln.Addr().String()+server.EndpointPath,
+			"api", "http://"+ln.Addr().String()+"/api/v1", "auth", authn.Enabled())
 		err = srv.ServeHTTP(ctx, ln)
 	} else {
 		g.log.Info("serving MCP over stdio")
@@ -105,11 +120,11 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 }
 
 // openAudit opens the audit log (default <state_dir>/audit.log).
-func openAudit(stateDir, path string, maxSize int64, backups int) (*audit.Logger, error) {
+func openAudit(stateDir, path string, maxSize int64, backups int, observe func(audit.Event)) (*audit.Logger, error) {
 	if path == "" {
 		path = filepath.Join(stateDir, "audit.log")
 	}
-	l, err := audit.Open(path, audit.Options{MaxSize: maxSize, MaxBackups: backups})
+	l, err := audit.Open(path, audit.Options{MaxSize: maxSize, MaxBackups: backups, Observe: observe})
 	if err != nil {
 		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}

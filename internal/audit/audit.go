@@ -58,6 +58,7 @@ type Event struct {
 	Server     string         `json:"server,omitempty"`
 	Client     string         `json:"client,omitempty"`
 	Principal  string         `json:"principal,omitempty"` // who the request acted for (a tenant)
+	RequestID  string         `json:"request_id,omitempty"` // the HTTP request's id, as in its logs and error replies
 	Reason     string         `json:"reason,omitempty"`
 	Fields     map[string]any `json:"fields,omitempty"`
 }
@@ -72,6 +73,9 @@ type Options struct {
 	MaxBackups int
 	// Clock stamps events; nil means time.Now.
 	Clock func() time.Time
+	// Observe, when set, sees every event after scrubbing (metrics count
+	// security violations and tool calls from it). It must not block.
+	Observe func(Event)
 }
 
 // Logger appends events to an audit log. It is safe for concurrent use; a
@@ -148,7 +152,11 @@ func (l *Logger) Log(ev Event) {
 	if l == nil || l.discard {
 		return
 	}
-	line, err := json.Marshal(l.prepare(ev))
+	ev = l.prepare(ev)
+	if l.opts.Observe != nil {
+		l.opts.Observe(ev)
+	}
+	line, err := json.Marshal(ev)
 	if err != nil { // unreachable: prepare leaves only JSON-safe values
 		line, _ = json.Marshal(Event{Time: ev.Time, Event: ev.Event, Severity: SeverityWarning, Reason: "unencodable audit event"})
 	}

@@ -36,6 +36,8 @@ type Options struct {
 	Logger   *slog.Logger
 	Audit    *audit.Logger
 	Progress io.Writer
+	// Observer, when set, is told about every execution (metrics).
+	Observer Observer
 }
 
 // Engine runs code. Safe for concurrent use.
@@ -60,6 +62,7 @@ type Engine struct {
 	inflight atomic.Int64          // executions in flight
 	bg       sync.WaitGroup        // background destroys
 	grants   sessionGrants
+	observer Observer // nil = none
 }
 
 // New opens the image store and the sandbox runtime (both clean up what
@@ -78,7 +81,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	if opts.Audit == nil {
 		opts.Audit = audit.Discard()
 	}
-	e := &Engine{cfg: cfg, log: opts.Logger, audit: opts.Audit,
+	e := &Engine{cfg: cfg, log: opts.Logger, audit: opts.Audit, observer: opts.Observer,
 		slots: make(chan struct{}, max(cfg.Execution.MaxConcurrent, 1)), done: make(chan struct{})}
 	var err error
 	if e.def, e.max, err = limitsOf(cfg); err != nil {
@@ -209,6 +212,8 @@ type Request struct {
 	NewSession bool
 	// MCPTools are the code-mode tools made callable inside the sandbox.
 	MCPTools []string
+	// RequestID is the face's id of the request, for the audit log.
+	RequestID string
 }
 
 // Plan is a validated request: the limits in force and the image.
@@ -286,8 +291,12 @@ func orF(v, d float64) float64 {
 // or in the request's session. Errors the caller must fix are
 // *RefusedError.
 func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, error) {
-	res, err := e.execute(ctx, req)
-	return res, refuse(err)
+	start := time.Now()
+	mode := new(modeBox)
+	res, err := e.execute(withMode(ctx, mode), req)
+	err = refuse(err)
+	e.observe(req, mode.get(), start, res, err)
+	return res, err
 }
 
 func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, error) {
@@ -307,14 +316,17 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 	}
 	defer func() { <-e.slots }()
 	e.audit.Log(audit.Event{Event: audit.EventExecutionRequest, Severity: audit.SeverityInfo, Image: plan.Image,
-		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client, Principal: req.Principal.Tenant, SessionID: req.SessionID})
+		CodeSHA256: audit.CodeHash(req.Code), Client: req.Client, Principal: req.Principal.Tenant, SessionID: req.SessionID,
+		RequestID: req.RequestID})
 	if req.SessionID != "" || req.NewSession {
+		setMode(ctx, ModeSession)
 		return e.executeSession(ctx, req, plan)
 	}
 	sb, err := e.acquire(ctx, plan)
 	if err != nil {
 		return nil, err
 	}
+	setMode(ctx, ModeCold) // unless the pool said warm
 	defer e.destroy(sb)
 	e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), Image: plan.Image})
 	if len(req.MCPTools) > 0 {
@@ -346,7 +358,10 @@ func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, erro
 // from the warm pool when there is one.
 func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandbox, error) {
 	if p := e.poolFor(image); p != nil {
-		sb, _, err := p.Acquire(ctx)
+		sb, warm, err := p.Acquire(ctx)
+		if warm {
+			setMode(ctx, ModeWarm)
+		}
 		return sb, err
 	}
 	return e.startSandbox(ctx, image)

@@ -152,3 +152,7 @@ func (e *Engine) ListFiles(ctx context.Context, p Principal, id string) ([]kerne
 	})
 	return files, refuse(err)
 }
+
+// LiveSessions is how many sessions have a sandbox in this process (for
+// metrics; every principal's).
+func (e *Engine) LiveSessions() int { return e.sessions.Live() }

@@ -1,0 +1,135 @@
+package profiles
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Scopes a bearer token may carry. admin implies every other one.
+const (
+	ScopeExecute      = "execute"
+	ScopeSessions     = "sessions"
+	ScopeEnvironments = "environments"
+	ScopeTools        = "tools"
+	ScopeAdmin        = "admin"
+)
+
+// AllScopes lists the scopes in the order documentation shows them.
+var AllScopes = []string{ScopeExecute, ScopeSessions, ScopeEnvironments, ScopeTools, ScopeAdmin}
+
+var (
+	tenantRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// AuthConfig is how HTTP clients prove who they are.
+type AuthConfig struct {
+	Tokens []TokenEntry `yaml:"tokens" doc:"Bearer tokens besides those made with forge token create (kept hashed in <state_dir>/tokens.json). Each is given by its SHA-256, so the file holds no secret; take one from the environment with ${VAR}. With no token at all, the HTTP transport is unauthenticated and forge listens on loopback only."`
+}
+
+// TokenEntry is one bearer token given by its hash.
+type TokenEntry struct {
+	Tenant string   `yaml:"tenant" doc:"Required. Tenant the token acts for: 1 to 64 letters, digits, '_', '.', '-', starting with a letter or digit. Sessions, environments and audit entries belong to it."`
+	Scopes []string `yaml:"scopes" doc:"Required. What the token may do: execute, sessions, environments, tools, admin (admin implies the others)."`
+	SHA256 string   `yaml:"sha256" doc:"Required. Lower-case hex SHA-256 of the token (printf %s TOKEN | sha256sum)."`
+}
+
+// TenantsConfig holds the per-tenant rate limits and quotas.
+type TenantsConfig struct {
+	Default   TenantLimits            `yaml:"default" doc:"Limits of every tenant, unless overridden."`
+	Overrides map[string]TenantLimits `yaml:"overrides" doc:"Limits of single tenants, keyed by tenant; a field left at 0 inherits server.tenants.default."`
+}
+
+// TenantLimits are one tenant's token buckets and quotas. In Default a 0
+// means no per-tenant limit (forge's global limits still apply).
+type TenantLimits struct {
+	ExecutionsPerMinute float64 `yaml:"executions_per_minute" doc:"Token-bucket refill rate of executions (stateless runs and session calls), per minute. Over it, REST answers 429 with Retry-After and MCP a tool error naming the retry time. 0 = unlimited."`
+	ExecutionBurst      int     `yaml:"execution_burst" doc:"Token-bucket size of executions: how many may start at once after a quiet spell. 0 = executions_per_minute / 6, at least 1."`
+	BuildsPerHour       float64 `yaml:"builds_per_hour" doc:"Token-bucket refill rate of environment builds, per hour. 0 = unlimited."`
+	BuildBurst          int     `yaml:"build_burst" doc:"Token-bucket size of builds. 0 = 1."`
+	MaxSessions         int     `yaml:"max_sessions" doc:"Most live sessions (running or hibernated) of the tenant; creating one more fails. 0 = only sessions.max_concurrent applies."`
+	MaxConcurrent       int     `yaml:"max_concurrent" doc:"Most executions of the tenant running at once; more fail at once with a busy error. 0 = only execution.max_concurrent applies."`
+}
+
+// ValidTenant checks a tenant name (of a token, a config entry or a CLI flag).
+func ValidTenant(name string) error {
+	if !tenantRE.MatchString(name) {
+		return fmt.Errorf("tenant %q: want 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// ValidScopes checks a list of scopes: not empty, each known.
+func ValidScopes(scopes []string) error {
+	if len(scopes) == 0 {
+		return fmt.Errorf("no scopes; want some of %s", strings.Join(AllScopes, ", "))
+	}
+	for _, s := range scopes {
+		if !slices.Contains(AllScopes, s) {
+			return fmt.Errorf("unknown scope %q; want some of %s", s, strings.Join(AllScopes, ", "))
+		}
+	}
+	return nil
+}
+
+// Tenant returns the limits of tenant: its override over the default.
+func (t TenantsConfig) Tenant(tenant string) TenantLimits {
+	l := t.Default
+	o, ok := t.Overrides[tenant]
+	if !ok {
+		return l
+	}
+	if o.ExecutionsPerMinute != 0 {
+		l.ExecutionsPerMinute = o.ExecutionsPerMinute
+	}
+	if o.ExecutionBurst != 0 {
+		l.ExecutionBurst = o.ExecutionBurst
+	}
+	if o.BuildsPerHour != 0 {
+		l.BuildsPerHour = o.BuildsPerHour
+	}
+	if o.BuildBurst != 0 {
+		l.BuildBurst = o.BuildBurst
+	}
+	if o.MaxSessions != 0 {
+		l.MaxSessions = o.MaxSessions
+	}
+	if o.MaxConcurrent != 0 {
+		l.MaxConcurrent = o.MaxConcurrent
+	}
+	return l
+}
+
+func (c *Config) validateService(p *problems) {
+	for i, t := range c.Server.Auth.Tokens {
+		at := fmt.Sprintf("server.auth.tokens[%d]", i)
+		if err := ValidTenant(t.Tenant); err != nil {
+			p.add(at+".tenant", "%v", err)
+		}
+		if err := ValidScopes(t.Scopes); err != nil {
+			p.add(at+".scopes", "%v", err)
+		}
+		if !sha256RE.MatchString(t.SHA256) {
+			p.add(at+".sha256", "want 64 lower-case hex digits (the SHA-256 of the token, never the token itself)")
+		}
+	}
+	validateTenantLimits(p, "server.tenants.default", c.Server.Tenants.Default)
+	for name, l := range c.Server.Tenants.Overrides {
+		at := "server.tenants.overrides." + name
+		if err := ValidTenant(name); err != nil {
+			p.add(at, "%v", err)
+		}
+		validateTenantLimits(p, at, l)
+	}
+}
+
+func validateTenantLimits(p *problems, at string, l TenantLimits) {
+	nonNegative(p, at+".executions_per_minute", l.ExecutionsPerMinute)
+	nonNegative(p, at+".execution_burst", l.ExecutionBurst)
+	nonNegative(p, at+".builds_per_hour", l.BuildsPerHour)
+	nonNegative(p, at+".build_burst", l.BuildBurst)
+	nonNegative(p, at+".max_sessions", l.MaxSessions)
+	nonNegative(p, at+".max_concurrent", l.MaxConcurrent)
+}

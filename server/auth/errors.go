@@ -1,0 +1,14 @@
+package auth
+
+import "errors"
+
+var (
+	// ErrNoToken: the request carries no Authorization header.
+	ErrNoToken = errors.New("no bearer token")
+	// ErrBadToken: the token is malformed, unknown or revoked.
+	ErrBadToken = errors.New("invalid bearer token")
+	// ErrTokenNotFound: no stored token has that id.
+	ErrTokenNotFound = errors.New("no such token")
+	// ErrStore: the token file is unreadable or corrupt.
+	ErrStore = errors.New("token store")
+)

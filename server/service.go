@@ -1,0 +1,301 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/server/auth"
+	"github.com/mcp-forge/forge/server/rest"
+	"github.com/mcp-forge/forge/server/tenant"
+)
+
+// Paths served beside /mcp and /api/v1.
+const (
+	HealthPath  = "/healthz"
+	ReadyPath   = "/readyz"
+	MetricsPath = "/metrics"
+)
+
+// publicPaths answer without a token: probes and the API's description.
+var publicPaths = map[string]bool{HealthPath: true, ReadyPath: true, rest.Prefix + "/openapi.json": true}
+
+// ErrService: the HTTP service could not be set up or answer.
+var ErrService = errors.New("HTTP service")
+
+// restAPI builds the REST API on the same execution path as MCP.
+func (s *Server) restAPI() (*rest.API, error) {
+	x := s.cfg.Execution
+	return rest.New(rest.Options{
+		Version: s.opts.Version, Engine: s.eng,
+		Execute: s.restExecute, CreateSandbox: s.createSandbox, DeleteFile: s.deleteFile,
+		Ready: s.ready, Principal: s.principal, Authorize: authorize,
+		ExecuteSchema: inputSchema(s.cfg), ResultSchema: outputSchema,
+		// A body is the code (JSON-escaped: up to 6 bytes a byte) and a few fields.
+		MaxBody: 6*int64(x.MaxCodeSize) + 64<<10,
+		MaxFile: int64(s.cfg.Volumes.MaxFileSize),
+	})
+}
+
+// mountService adds the REST API, the probes and the metrics to mux.
+func (s *Server) mountService(mux *http.ServeMux) {
+	api, err := s.restAPI()
+	if err != nil {
+		panic(fmt.Errorf("%w: %w", ErrService, err)) // static schemas: a bug
+	}
+	mux.Handle(rest.Prefix+"/", api)
+	mux.Handle(HealthPath, api)
+	mux.Handle(ReadyPath, api)
+	if s.opts.Metrics != nil {
+		mux.Handle(MetricsPath, s.requireScope(profiles.ScopeAdmin, s.opts.Metrics))
+	}
+}
+
+// authenticate gives every request an id (X-Request-Id, in logs, audit
+// entries and problems) and, when tokens are configured, requires one:
+// the token's tenant becomes the request's principal. Without tokens every
+// client of the listener is listener principal p (loopback only).
+func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := rest.NewRequestID()
+		w.Header().Set(rest.HeaderRequestID, id)
+		ctx := rest.WithRequestID(r.Context(), id)
+		if s.opts.Auth.Enabled() && !publicPaths[r.URL.Path] {
+			ident, err := s.opts.Auth.Authenticate(r.Header.Get("Authorization"))
+			if err != nil {
+				s.refuseToken(w, r.WithContext(ctx), err)
+				return
+			}
+			ctx = auth.WithIdentity(ctx, ident)
+			p = ident.Principal()
+		}
+		ctx = withPrincipal(ctx, p)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request, err error) {
+	ctx := r.Context()
+	if !errors.Is(err, auth.ErrNoToken) && !errors.Is(err, auth.ErrBadToken) {
+		s.log.Error("checking a bearer token", "err", err, "request_id", rest.RequestID(ctx))
+		rest.NewProblem(ctx, http.StatusInternalServerError, "forge could not check the token: "+err.Error()).Write(w)
+		return
+	}
+	s.log.Warn("HTTP request without a valid token", "path", r.URL.Path, "remote", r.RemoteAddr, "request_id", rest.RequestID(ctx), "err", err)
+	if errors.Is(err, auth.ErrBadToken) {
+		s.audit.Log(audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical, RequestID: rest.RequestID(ctx),
+			Reason: "HTTP request with an invalid bearer token", Fields: map[string]any{"remote": r.RemoteAddr, "path": truncate(r.URL.Path, 100)}})
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="forge"`)
+	rest.NewProblem(ctx, http.StatusUnauthorized, err.Error()+": send \"Authorization: Bearer TOKEN\" with a token from forge token create").Write(w)
+}
+
+// authorize refuses the request in ctx when its token lacks scope; a
+// request without a token passed authentication only with auth off.
+func authorize(ctx context.Context, scope string) error {
+	id, ok := auth.FromContext(ctx)
+	if !ok || id.Has(scope) {
+		return nil
+	}
+	return rest.NewProblem(ctx, http.StatusForbidden,
+		fmt.Sprintf("the token of tenant %q lacks scope %q (it has %s); make one with forge token create --scopes %s", id.Tenant, scope, strings.Join(id.Scopes, ","), scope))
+}
+
+func (s *Server) requireScope(scope string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := authorize(r.Context(), scope); err != nil {
+			err.(*rest.Problem).Write(w)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// toolScope is the scope a tool needs.
+func toolScope(name string) string {
+	switch name {
+	case toolExecute:
+		return profiles.ScopeExecute
+	case toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles:
+		return profiles.ScopeSessions
+	case "build_custom_environment":
+		return profiles.ScopeEnvironments
+	}
+	return profiles.ScopeTools // hosted and other tools
+}
+
+// toolGate refuses MCP tool calls whose token lacks the tool's scope.
+func (s *Server) toolGate(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if err := authorize(ctx, toolScope(req.Params.Name)); err != nil {
+			return mcp.NewToolResultError("Forbidden: " + err.Error()), nil
+		}
+		return next(ctx, req)
+	}
+}
+
+// executeRequest is the engine request of execute_python's arguments for
+// the caller in ctx: one builder for MCP and REST.
+func (s *Server) executeRequest(ctx context.Context, a ExecuteArgs) engine.Request {
+	return engine.Request{
+		Principal: s.principal(ctx), Client: clientName(ctx), RequestID: rest.RequestID(ctx),
+		Code: a.Code, Image: a.CustomImage, Timeout: a.Timeout, Memory: a.Memory,
+		SessionID: a.SessionID, NewSession: a.Backend == BackendJupyter, MCPTools: a.MCPTools,
+	}
+}
+
+// execute runs req within its tenant's limits (tenants of tokens only:
+// the local user and unauthenticated listeners have forge's global limits).
+func (s *Server) execute(ctx context.Context, req engine.Request) (*kernel.Result, error) {
+	if t, ok := strings.CutPrefix(req.Principal.Tenant, auth.TenantPrefix); ok && s.tenants != nil {
+		release, err := s.tenants.Execution(t)
+		if err != nil {
+			s.limited(t, err)
+			return nil, err
+		}
+		defer release()
+		if err := s.sessionQuota(ctx, t, req); err != nil {
+			s.limited(t, err)
+			return nil, err
+		}
+	}
+	return s.eng.Execute(ctx, req)
+}
+
+func (s *Server) limited(t string, err error) {
+	var lim *tenant.LimitError
+	if errors.As(err, &lim) && s.opts.OnLimited != nil {
+		s.opts.OnLimited(t, lim.What)
+	}
+}
+
+// sessionQuota refuses a request that would create a session past the
+// tenant's max_sessions.
+func (s *Server) sessionQuota(ctx context.Context, t string, req engine.Request) error {
+	n := s.tenants.MaxSessions(t)
+	if n <= 0 || (req.SessionID == "" && !req.NewSession) {
+		return nil
+	}
+	infos, err := s.eng.ListSessions(ctx, req.Principal)
+	if err != nil {
+		return err
+	}
+	for _, i := range infos {
+		if i.ID == req.SessionID {
+			return nil
+		}
+	}
+	if len(infos) >= n {
+		return s.tenants.SessionsError(t, n)
+	}
+	return nil
+}
+
+// restExecute is POST /api/v1/execute: execute_python's decoding and checks.
+func (s *Server) restExecute(ctx context.Context, body []byte) (*kernel.Result, error) {
+	s.active.Add(1)
+	defer s.active.Done()
+	args, err := DecodeExecuteArgs(body)
+	if err == nil {
+		err = unsupported(args)
+	}
+	if err != nil {
+		return nil, rest.NewProblem(ctx, http.StatusBadRequest, err.Error())
+	}
+	ectx, cancel := s.execContext(ctx)
+	defer cancel()
+	res, err := s.execute(ectx, s.executeRequest(ctx, args))
+	if err != nil {
+		return nil, err
+	}
+	if res.Display == nil {
+		res.Display = []kernel.Display{}
+	}
+	return res, nil
+}
+
+// createSandbox is POST /api/v1/sandboxes: a new session, started by a
+// first call that runs nothing.
+func (s *Server) createSandbox(ctx context.Context, image string) (string, error) {
+	s.active.Add(1)
+	defer s.active.Done()
+	ectx, cancel := s.execContext(ctx)
+	defer cancel()
+	res, err := s.execute(ectx, s.executeRequest(ctx, ExecuteArgs{Code: "None", Backend: BackendJupyter, CustomImage: strings.TrimSpace(image)}))
+	if err != nil {
+		return "", err
+	}
+	if res.SessionID == nil {
+		return "", fmt.Errorf("%w: the session started without an id", ErrService)
+	}
+	return *res.SessionID, nil
+}
+
+// deleteFile removes a /workspace file by running os.remove in the session
+// (the agent has no delete operation; the sandbox is the file's own).
+func (s *Server) deleteFile(ctx context.Context, id, path string) error {
+	p := s.principal(ctx)
+	if _, err := s.eng.SessionState(ctx, p, id); err != nil {
+		return err
+	}
+	if path == "" || strings.HasPrefix(path, "/") || strings.Contains(path, "\x00") || len(path) > 4096 ||
+		strings.Contains("/"+path+"/", "/../") {
+		return rest.NewProblem(ctx, http.StatusBadRequest, fmt.Sprintf("path %q: want a path relative to /workspace, without ..", truncate(path, 100)))
+	}
+	lit, _ := jsonString(path)
+	code := "__import__('os').remove(__import__('os').path.join('/workspace', " + lit + "))"
+	ectx, cancel := s.execContext(ctx)
+	defer cancel()
+	res, err := s.execute(ectx, engine.Request{Principal: p, RequestID: rest.RequestID(ctx), Code: code, SessionID: id})
+	if err != nil {
+		return err
+	}
+	if !res.Success {
+		msg := "removing " + path + " failed"
+		status := http.StatusBadRequest
+		if res.Error != nil {
+			msg += ": " + res.Error.Type + ": " + res.Error.Message
+			if res.Error.Type == "FileNotFoundError" {
+				status = http.StatusNotFound
+			}
+		}
+		return rest.NewProblem(ctx, status, msg)
+	}
+	return nil
+}
+
+// ready is /readyz: the image store answers and, with the pool on, the
+// default image's pool has a sandbox ready.
+func (s *Server) ready(ctx context.Context) error {
+	if s.draining() {
+		return errors.New("shutting down")
+	}
+	if _, err := s.eng.Images(ctx); err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	if !s.cfg.Pool.Enabled || s.cfg.Pool.Size == 0 {
+		return nil
+	}
+	for _, st := range s.eng.PoolStats() {
+		if st.Name == s.cfg.Images.Default && st.Ready > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the warm pool of %s has no sandbox ready yet", s.cfg.Images.Default)
+}
+
+// jsonString is s as a JSON string literal, which is also a Python one.
+func jsonString(s string) (string, error) {
+	b, err := json.Marshal(s)
+	return string(b), err
+}
