@@ -176,6 +176,12 @@ func checkCluster(t *testing.T, dir string, c *cluster) {
 	must(t, strconv.Itoa(int(httpPort)) == port(t, cfg.Server.HTTPAddr), "containerPort http %d, but forge listens on %s", httpPort, cfg.Server.HTTPAddr)
 	must(t, len(cfg.Server.Auth.Tokens) > 0, "no token configured: forge would refuse to listen beyond loopback")
 
+	// Sandboxes together stay below the pod's memory limit, so the kernel
+	// kills a sandbox before it kills forge.
+	if lim, ok := ctr.Resources.Limits[corev1.ResourceMemory]; !ok || int64(cfg.Limits.Memory) == 0 || int64(cfg.Limits.Memory) >= lim.Value() {
+		t.Errorf("limits.memory %d is not below the container's memory limit %v", cfg.Limits.Memory, ctr.Resources.Limits.Memory())
+	}
+
 	// The state dir is on the PVC.
 	if len(ss.Spec.VolumeClaimTemplates) != 1 {
 		t.Fatalf("%d volumeClaimTemplates, want 1", len(ss.Spec.VolumeClaimTemplates))
