@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build image image-data image-trixie test-images run test test-sdk test-clients test-v2 test-api load stress fuzz bench lint clean
+.PHONY: FORCE all deps build oci image image-data image-trixie test-images run test test-sdk test-clients test-v2 test-api test-deploy load stress fuzz bench lint clean
 
 all: build
 
@@ -49,6 +49,11 @@ image-trixie: build
 run: build image
 	$(BIN) serve
 
+# forge's own OCI image (an OCI layout at build/oci/forge), built with
+# forge's image code: see scripts/oci.sh and docs/deploy.md.
+oci: build image
+	scripts/oci.sh
+
 # The state dir the tests share (internal/testutil.StateDir).
 FORGE_TEST_STATE_DIR ?= /var/lib/forge-test
 export FORGE_TEST_STATE_DIR
@@ -70,6 +75,7 @@ TESTENV   := FORGE_TEST_MCPSERVER=$(CURDIR)/$(MCPSERVER)
 # test/stress runs its short form here (FORGE_STRESS_RUNS unset).
 test: build test-images $(MCPSERVER)
 	$(TESTENV) $(GO) test $(GOFLAGS) -race -count=1 -timeout 40m ./...
+	$(MAKE) --no-print-directory test-deploy
 	$(MAKE) --no-print-directory test-sdk
 	$(MAKE) --no-print-directory test-api
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
@@ -99,6 +105,12 @@ test-api: build test-images
 LOAD_DURATION ?= 60s
 load: build test-images
 	FORGE_LOAD_DURATION=$(LOAD_DURATION) $(GO) test $(GOFLAGS) -count=1 -timeout 10m -v -run TestExecuteLoad ./test/load
+
+# deploy/ (its own Go module): the systemd units, the kustomization, the
+# compose file, the example configurations and forge's OCI image, each
+# loaded with its tool's library and checked against the forge built here.
+test-deploy: build
+	cd deploy && FORGE_TEST_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./...
 
 # The full stress and fault suite (test/stress): STRESS_RUNS executions at
 # concurrency 8, then the fault tests. Without -race, so the throughput it

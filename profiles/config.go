@@ -71,6 +71,7 @@ type ImagesConfig struct {
 	Default         string   `yaml:"default" doc:"Image used when the request names none; must match images.allowed."`
 	AllowedPatterns []string `yaml:"allowed" doc:"Image name patterns a request may use (path.Match syntax on the whole name: forge/*, forge/custom:*)."`
 	Data            string   `yaml:"data" doc:"Image with the data-science stack (numpy, pandas, matplotlib); must match images.allowed. Empty disables it."`
+	Preload         []string `yaml:"preload" doc:"Image references (oci:DIR, oci-archive:FILE, ...) imported when forge starts, so a fresh state dir has its images: forge's own OCI image ships the base image's layout and sets FORGE_IMAGES_PRELOAD to it. An image already in the store costs a few milliseconds."`
 }
 
 // SessionsConfig configures stateful sessions.

@@ -29,6 +29,7 @@ type LayoutConfig struct {
 	// allowed by the OCI spec and becomes the image's name on import.
 	RefName    string
 	Env        []string
+	Entrypoint []string
 	Cmd        []string
 	WorkingDir string
 	Labels     map[string]string
@@ -74,7 +75,7 @@ func WriteLayout(ctx context.Context, dst, root string, cfg LayoutConfig) (retEr
 		Created:  &created,
 		Platform: imgspecv1.Platform{Architecture: goruntime.GOARCH, OS: "linux"},
 		Config: imgspecv1.ImageConfig{
-			Env: cfg.Env, Cmd: cfg.Cmd, WorkingDir: cfg.WorkingDir, Labels: cfg.Labels,
+			Env: cfg.Env, Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd, WorkingDir: cfg.WorkingDir, Labels: cfg.Labels,
 		},
 		RootFS:  imgspecv1.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.diffID}},
 		History: []imgspecv1.History{{Created: &created, CreatedBy: "forge WriteLayout"}},

@@ -109,6 +109,11 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 			e.store.Close()
 		}
 	}()
+	for _, ref := range cfg.Images.Preload {
+		if _, err := e.store.Pull(ctx, ref); err != nil {
+			return nil, fmt.Errorf("images.preload: %w", err)
+		}
+	}
 	budget, parent := HostLimits(cfg, opts.Logger)
 	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger,
 		IDRange:     idmap.Range{Start: cfg.Security.UIDRangeStart, Size: cfg.Security.UIDRangeSize},
