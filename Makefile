@@ -109,7 +109,7 @@ load: build test-images
 # deploy/ (its own Go module): the systemd units, the kustomization, the
 # compose file, the example configurations and forge's OCI image, each
 # loaded with its tool's library and checked against the forge built here.
-test-deploy: build
+test-deploy: build test-images
 	cd deploy && FORGE_TEST_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./...
 
 # The full stress and fault suite (test/stress): STRESS_RUNS executions at
