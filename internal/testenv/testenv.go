@@ -36,6 +36,9 @@ var shared struct {
 	store *rootfs.Store
 	fs    *rootfs.RootFS
 	rt    *sandbox.Runtime
+	zrt   *sandbox.Runtime // zygote mode, made on first use
+	zerr  error
+	zonce sync.Once
 }
 
 // ImportImages makes sure the shared test store holds the base image (and
@@ -78,6 +81,21 @@ func Runtime(t testing.TB) (*sandbox.Runtime, string) {
 	return shared.rt, shared.fs.Path()
 }
 
+// ZygoteRuntime is Runtime in zygote mode (a second runtime on the same
+// state dir and rootfs), so that one suite runs against both modes.
+func ZygoteRuntime(t testing.TB) (*sandbox.Runtime, string) {
+	t.Helper()
+	_, root := Runtime(t)
+	shared.zonce.Do(func() {
+		shared.zrt, shared.zerr = sandbox.NewRuntime(context.Background(), sandbox.Options{
+			StateDir: testutil.StateDirPath(), Mode: sandbox.ModeZygote})
+	})
+	if shared.zerr != nil {
+		t.Fatalf("setting up the zygote-mode sandbox runtime: %v", shared.zerr)
+	}
+	return shared.zrt, root
+}
+
 // BaseImageID is the id of the base image mounted by Runtime (which must have
 // been called), for sandbox configs that name their image.
 func BaseImageID() string { return shared.fs.Image().ID }
@@ -87,6 +105,9 @@ func BaseImageID() string { return shared.fs.Image().ID }
 func Close() error {
 	if shared.rt == nil {
 		return nil
+	}
+	if shared.zrt != nil {
+		shared.zrt.Close() // its templates are checked below with the rest
 	}
 	err := Leftovers(shared.rt, testutil.StateDirPath())
 	shared.rt.Close()

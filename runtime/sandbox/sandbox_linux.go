@@ -58,6 +58,10 @@ type Options struct {
 	// them at fakes.
 	ProcRoot, CgroupRoot string
 	Logger               *slog.Logger
+	// Mode is how sandboxes are made ("": ModeContainer).
+	Mode Mode
+	// Zygote configures ModeZygote.
+	Zygote ZygoteOptions
 }
 
 // DefaultCgroupParent is the cgroup of every sandbox's cgroup unless
@@ -80,7 +84,15 @@ type Runtime struct {
 	ids        *idmap.Allocator // one block of host ids per live sandbox
 	recovered  CleanupReport    // what NewRuntime's Cleanup removed
 	budgets    UserLimits       // each sandbox's per-user kernel limits
+	nested     int64            // Budget.NestedNamespaces
 	log        *slog.Logger
+
+	mode      Mode
+	zopts     ZygoteOptions
+	tmu       sync.Mutex  // guards the fields below
+	templates []*template // forking
+	all       []*template // not yet destroyed
+	zstats    ZygoteStats
 }
 
 // Recovered is what NewRuntime removed of dead forge processes (forge gc
@@ -119,6 +131,18 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 	if err := r.setLimits(opts); err != nil {
 		return nil, err
 	}
+	switch r.mode = opts.Mode; r.mode {
+	case "":
+		r.mode = ModeContainer
+	case ModeContainer:
+	case ModeZygote:
+		r.zopts = opts.Zygote
+		if err := r.zopts.setDefaults(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("sandbox mode %q: must be %q or %q: %w", opts.Mode, ModeContainer, ModeZygote, ErrInvalidConfig)
+	}
 	// The state dir must be traversable by the sandbox's mapped root, which
 	// opens the rootfs and agent paths from inside its user namespace.
 	for _, d := range []string{opts.StateDir, r.root} {
@@ -153,6 +177,7 @@ func (r *Runtime) setLimits(opts Options) error {
 	if err := opts.Budget.Validate(); err != nil {
 		return err
 	}
+	r.nested = opts.Budget.NestedNamespaces
 	// A kernel without ucount sysctls (before 4.9) has none to set.
 	if host, err := ReadUserLimits(opts.ProcRoot); err != nil {
 		r.log.Warn("sandboxes get no per-user kernel budgets", "err", err)
@@ -188,7 +213,7 @@ func writeAgent(stateDir string) (string, error) {
 		data []byte
 		mode os.FileMode
 	}
-	files := []file{{kernel.AgentFileName, kernel.AgentSource, 0o444}}
+	files := []file{{kernel.AgentFileName, kernel.AgentSource, 0o444}, {kernel.ZygoteFileName, kernel.ZygoteSource, 0o444}}
 	if r := kernel.Reaper(); r != nil {
 		files = append(files, file{kernel.ReaperFileName, r, 0o555})
 	}
@@ -266,6 +291,7 @@ func (r *Runtime) Close() error {
 	for _, s := range all {
 		errs = append(errs, s.Destroy())
 	}
+	r.closeTemplates()
 	errs = append(errs, r.ids.Close())
 	return errors.Join(errs...)
 }
@@ -276,6 +302,7 @@ func (r *Runtime) IDs() *idmap.Allocator { return r.ids }
 func agentHash() string {
 	h := sha256.New()
 	h.Write(kernel.AgentSource)
+	h.Write(kernel.ZygoteSource)
 	h.Write(kernel.Reaper())
 	return hex.EncodeToString(h.Sum(nil)[:6])
 }
@@ -375,6 +402,7 @@ type Sandbox struct {
 
 	exited chan struct{} // closed when the init process has been reaped
 	state  *os.ProcessState
+	child  *zchild           // set in zygote mode (c and proc are nil)
 	cgm    occgroups.Manager // the sandbox's cgroups, for reading usage
 
 	onDestroy func()
@@ -403,11 +431,32 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 			onDestroy()
 		}
 	}()
+	zygote := r.mode == ModeZygote
+	if zygote && cfg.Seccomp == nil {
+		sc, err := defaultSeccomp()
+		if err != nil {
+			return nil, fmt.Errorf("default seccomp profile: %w", err)
+		}
+		cfg.Seccomp = sc
+	}
 	if err := cfg.setDefaults(r.ids.BlockSize()); err != nil {
 		return nil, err
 	}
 	if err := r.ensureAgentDir(); err != nil {
 		return nil, err
+	}
+	if zygote && cfg.BridgeDir != "" {
+		// A child cannot bind-mount a host directory: code mode's sandboxes stay containers.
+		r.zstat(func(z *ZygoteStats) { z.Fallbacks++ })
+		zygote = false
+	}
+	if zygote {
+		s, err := r.startChild(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.onDestroy = onDestroy
+		return s, nil
 	}
 	argv, compiled := r.agentArgv(ctx, cfg)
 	s, err := r.start(ctx, cfg, argv)
@@ -684,6 +733,9 @@ func (s *Sandbox) Hello() *kernel.Hello { return s.hello }
 // Pid is the host pid of the sandbox's init (pid 1 inside: the reaper,
 // whose /proc/PID/root is the sandbox's root).
 func (s *Sandbox) Pid() int {
+	if s.child != nil {
+		return s.child.initPid
+	}
 	pid, _ := s.proc.Pid()
 	return pid
 }
@@ -728,10 +780,16 @@ const freezeTries = 10
 func (s *Sandbox) freezeLocked() error {
 	var err error
 	for i := 0; i < freezeTries; i++ {
-		if err = s.c.Pause(); err == nil {
+		if s.child != nil {
+			if err = s.cgm.Freeze(occgroups.Frozen); err == nil {
+				return nil
+			}
+			if !s.Alive() {
+				return err
+			}
+		} else if err = s.c.Pause(); err == nil {
 			return nil
-		}
-		if st, serr := s.c.Status(); serr != nil || st != libcontainer.Running {
+		} else if st, serr := s.c.Status(); serr != nil || st != libcontainer.Running {
 			return err // dead or dying: no point in retrying
 		}
 		time.Sleep(time.Duration(i+1) * 20 * time.Millisecond)
@@ -749,7 +807,13 @@ func (s *Sandbox) Resume() error {
 	if !s.paused {
 		return nil
 	}
-	if err := s.c.Resume(); err != nil {
+	var err error
+	if s.child != nil {
+		err = s.cgm.Freeze(occgroups.Thawed)
+	} else {
+		err = s.c.Resume()
+	}
+	if err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", s.id, err)
 	}
 	s.paused = false
@@ -765,6 +829,15 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l == s.limits {
+		return nil
+	}
+	if s.child != nil {
+		res := l.Resources()
+		res.SkipDevices = true
+		if err := s.cgm.Set(res); err != nil {
+			return fmt.Errorf("setting limits of sandbox %s: %w", s.id, err)
+		}
+		s.limits = l
 		return nil
 	}
 	cfg := s.c.Config()
@@ -791,7 +864,7 @@ func (s *Sandbox) Kill() {
 	if !s.Alive() {
 		return
 	}
-	if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+	if err := s.signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
 		s.rt.log.Debug("killing sandbox", "sandbox", s.id, "err", err)
 	}
 	select {
@@ -855,7 +928,15 @@ func (s *Sandbox) PidsLimitHits() (uint64, error) {
 
 // Interrupt sends SIGINT to the agent: running code gets KeyboardInterrupt.
 func (s *Sandbox) Interrupt() error {
-	return s.c.Signal(unix.SIGINT)
+	return s.signal(unix.SIGINT)
+}
+
+// signal sends sig to init (SIGKILL: to every process of the sandbox).
+func (s *Sandbox) signal(sig unix.Signal) error {
+	if s.child != nil {
+		return s.child.kill(sig)
+	}
+	return s.c.Signal(sig)
 }
 
 // ExitStatus returns the agent's exit code (128+signal when killed), once it exited.
@@ -864,6 +945,9 @@ func (s *Sandbox) ExitStatus() (int, bool) {
 	case <-s.exited:
 	default:
 		return 0, false
+	}
+	if s.child != nil {
+		return s.child.code, true
 	}
 	if s.state == nil {
 		return -1, true
@@ -887,7 +971,7 @@ func (s *Sandbox) Destroy() error {
 		return nil
 	}
 	s.destroyed = true
-	if s.proc != nil {
+	if s.proc != nil || s.child != nil {
 		s.Kill()
 	} else {
 		_ = s.c.Signal(unix.SIGKILL)
@@ -898,6 +982,13 @@ func (s *Sandbox) Destroy() error {
 	defer s.rt.untrack(s)
 	if s.onDestroy != nil {
 		defer s.onDestroy()
+	}
+	if s.child != nil {
+		if err := s.child.destroy(); err != nil {
+			return fmt.Errorf("destroying sandbox %s (its host ids %s stay reserved): %w", s.id, s.lease.Range(), err)
+		}
+		s.rt.log.Debug("sandbox destroyed", "sandbox", s.id)
+		return nil
 	}
 	if err := s.c.Destroy(); err != nil {
 		// The lease stays taken: a process of the sandbox may live on.
@@ -968,7 +1059,13 @@ func (s *Sandbox) Healthy() error {
 	if !s.Alive() {
 		return errors.New("agent exited")
 	}
-	pids, err := s.c.Processes()
+	var pids []int
+	var err error
+	if s.child != nil {
+		pids, err = s.cgm.GetAllPids()
+	} else {
+		pids, err = s.c.Processes()
+	}
 	if err != nil {
 		return fmt.Errorf("listing processes: %w", err)
 	}
