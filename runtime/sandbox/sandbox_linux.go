@@ -1062,7 +1062,7 @@ func (s *Sandbox) Healthy() error {
 	var pids []int
 	var err error
 	if s.child != nil {
-		pids, err = s.cgm.GetAllPids()
+		pids, err = cgroupProcs(s.cgm)
 	} else {
 		pids, err = s.c.Processes()
 	}

@@ -569,6 +569,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	go func() { _, _ = io.Copy(s.stderr, errR); errR.Close() }()
 	pipes[2][0] = nil
 
+	tReply := time.Since(t0)
 	if k.hostPid, err = t.hostPid(k.tplPid); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
@@ -595,7 +596,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	r.zstat(func(z *ZygoteStats) { z.Forks++ })
-	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "fork", tRun, "total", time.Since(t0))
+	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "cgroup", tRun-tReply,  "total", time.Since(t0))
 	return s, nil
 }
 
@@ -744,18 +745,35 @@ func (k *zchild) kill(sig unix.Signal) error {
 	if sig != unix.SIGKILL {
 		return unix.Kill(k.initPid, sig)
 	}
-	// Frozen, nothing forks while each process is killed.
-	m := k.s.cgm
-	if m == nil {
-		return unix.Kill(k.hostPid, sig)
+	// pid 1 first: the kernel then kills its whole pid namespace. What is
+	// left (I, or all of it before P was known) is killed by the cgroup's
+	// list until it is empty; nothing can leave the cgroup.
+	if k.initPid > 0 {
+		_ = unix.Kill(k.initPid, sig)
 	}
-	_ = m.Freeze(occgroups.Frozen)
-	pids, err := m.GetAllPids()
-	for _, p := range pids {
-		_ = unix.Kill(p, sig)
+	_ = unix.Kill(k.hostPid, sig)
+	if k.s.cgm == nil {
+		return nil
 	}
-	_ = m.Freeze(occgroups.Thawed)
-	return err
+	for range 100 {
+		pids, err := cgroupProcs(k.s.cgm)
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		for _, p := range pids {
+			_ = unix.Kill(p, sig)
+		}
+	}
+	return errors.New("processes remain in the cgroup after 100 rounds of SIGKILL")
+}
+
+// cgroupProcs lists the processes of a sandbox's cgroup (on v1, of its pids hierarchy).
+func cgroupProcs(m occgroups.Manager) ([]int, error) {
+	dir := m.Path("pids")
+	if occgroups.IsCgroup2UnifiedMode() {
+		dir = m.Path("")
+	}
+	return occgroups.GetPids(dir)
 }
 
 func (k *zchild) destroy() error {
