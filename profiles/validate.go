@@ -55,6 +55,7 @@ func (c *Config) Validate() error {
 	c.validateBuilder(&p)
 	c.validateTools(&p)
 	c.validatePool(&p)
+	c.validateSandbox(&p)
 	c.validateProfiles(&p)
 	return errors.Join(p...)
 }
