@@ -39,6 +39,7 @@ var shared struct {
 	zrt   *sandbox.Runtime // zygote mode, made on first use
 	zerr  error
 	zonce sync.Once
+	data  *rootfs.RootFS // the data image, mounted on first use
 }
 
 // ImportImages makes sure the shared test store holds the base image (and
@@ -88,12 +89,29 @@ func ZygoteRuntime(t testing.TB) (*sandbox.Runtime, string) {
 	_, root := Runtime(t)
 	shared.zonce.Do(func() {
 		shared.zrt, shared.zerr = sandbox.NewRuntime(context.Background(), sandbox.Options{
-			StateDir: testutil.StateDirPath(), Mode: sandbox.ModeZygote})
+			StateDir: testutil.StateDirPath(), Mode: sandbox.ModeZygote,
+			Zygote: sandbox.ZygoteOptions{Warm: []string{"random", "numpy"}}})
 	})
 	if shared.zerr != nil {
 		t.Fatalf("setting up the zygote-mode sandbox runtime: %v", shared.zerr)
 	}
 	return shared.zrt, root
+}
+
+// DataRootfs is the shared read-only rootfs of the data image (numpy,
+// pandas), imported into the shared store when it is not there yet.
+func DataRootfs(t testing.TB) string {
+	t.Helper()
+	Runtime(t)
+	if shared.data == nil {
+		ImportImages(t, shared.store, true)
+		fs, err := shared.store.Acquire(context.Background(), DataImage)
+		if err != nil {
+			t.Fatalf("mounting %s: %v", DataImage, err)
+		}
+		shared.data = fs
+	}
+	return shared.data.Path()
 }
 
 // BaseImageID is the id of the base image mounted by Runtime (which must have
@@ -112,6 +130,9 @@ func Close() error {
 	err := Leftovers(shared.rt, testutil.StateDirPath())
 	shared.rt.Close()
 	shared.fs.Release()
+	if shared.data != nil {
+		shared.data.Release()
+	}
 	shared.store.Close()
 	if merr := MountsLeft(testutil.StateDirPath()); merr != nil && err == nil {
 		err = merr

@@ -89,9 +89,10 @@ type Runtime struct {
 
 	mode      Mode
 	zopts     ZygoteOptions
-	tmu       sync.Mutex  // guards the fields below
-	templates []*template // forking
-	all       []*template // not yet destroyed
+	tmu       sync.Mutex               // guards the fields below
+	templates []*template              // forking
+	all       []*template              // not yet destroyed
+	starting  map[string]chan struct{} // rootfs → closed when its template start ended
 	zstats    ZygoteStats
 }
 
@@ -127,6 +128,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		log:        opts.Logger,
 		live:       make(map[string]*Sandbox),
 		pyc:        make(map[string]bool),
+		starting:   make(map[string]chan struct{}),
 	}
 	if err := r.setLimits(opts); err != nil {
 		return nil, err

@@ -182,25 +182,43 @@ var errTemplateGone = errors.New("zygote template gone")
 // templateFor returns a live template of cfg's rootfs and a slot taken on it.
 func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, error) {
 	r.tmu.Lock()
-	for _, t := range r.templates {
+	forking := slices.Clone(r.templates)
+	r.tmu.Unlock() // take may retire a template, which takes tmu
+	for _, t := range forking {
 		if t.rootfs != cfg.Rootfs {
 			continue
 		}
 		if slot, ok := t.take(); ok {
-			r.tmu.Unlock()
 			return t, slot, nil
 		}
 	}
+	// One template start per image at a time: the others wait for it and take its slots.
+	r.tmu.Lock()
+	if wait, ok := r.starting[cfg.Rootfs]; ok {
+		r.tmu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+		return r.templateFor(ctx, cfg)
+	}
+	done := make(chan struct{})
+	r.starting[cfg.Rootfs] = done
 	r.tmu.Unlock()
 	t, err := r.startTemplate(ctx, cfg)
+	r.tmu.Lock()
+	delete(r.starting, cfg.Rootfs)
+	close(done)
+	if err == nil {
+		r.templates = append(r.templates, t)
+		r.all = append(r.all, t)
+		r.zstats.Templates++
+	}
+	r.tmu.Unlock()
 	if err != nil {
 		return nil, 0, err
 	}
-	r.tmu.Lock()
-	r.templates = append(r.templates, t)
-	r.all = append(r.all, t)
-	r.zstats.Templates++
-	r.tmu.Unlock()
 	slot, ok := t.take()
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: a new template has no free slot", errTemplateGone)
@@ -445,6 +463,9 @@ func (t *template) dead() {
 }
 
 func (k *zchild) exit(code int) {
+	if code < 0 { // killed by a signal (I itself, by Kill)
+		code = 128 - code
+	}
 	k.code = code
 	select {
 	case <-k.s.exited:
@@ -596,7 +617,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	r.zstat(func(z *ZygoteStats) { z.Forks++ })
-	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "cgroup", tRun-tReply,  "total", time.Since(t0))
+	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "cgroup", tRun-tReply, "total", time.Since(t0))
 	return s, nil
 }
 
