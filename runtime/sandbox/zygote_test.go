@@ -153,6 +153,13 @@ except PermissionError:
 	if !strings.HasPrefix(got, "-1 1\n") || strings.Contains(got, "signalable") {
 		t.Errorf("ptrace/kill from a child: %q, want EPERM and no template", got)
 	}
+	// Nothing of the template's writable places is shared: what a writes, b does not see.
+	execOK(t, a, `for d in ('/dev/shm', '/tmp', '/workspace', '/dev/mqueue'):
+    open(d + '/from-a', 'w').write('x')`)
+	if got := execOK(t, b, `import os
+print([d for d in ('/dev/shm', '/tmp', '/workspace', '/dev/mqueue') if os.path.exists(d + '/from-a')])`); got != "[]" {
+		t.Errorf("b sees a's files in %s", got)
+	}
 	// kill(-1) reaches every process a may signal: none of b's, none of the template's.
 	_, _ = a.Exec(context.Background(), "import os, signal; os.kill(-1, signal.SIGKILL)", sandbox.ExecOptions{Timeout: 5 * time.Second})
 	if got := execOK(t, b, "print(6*7)"); got != "42" {
