@@ -15,6 +15,7 @@ import (
 	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/devices/config"
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
@@ -126,6 +127,7 @@ type template struct {
 	started time.Time
 	stderr  *boundedBuffer
 	exited  chan struct{}
+	devices []*config.Rule // the container's device rules, for each child's own devices cgroup
 
 	forkMu  sync.Mutex      // one fork request at a time
 	replies chan zygoteMsg  // "forked" replies, in order
@@ -306,6 +308,7 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 		return nil, fmt.Errorf("converting spec of zygote template %s: %w", t.id, err)
 	}
 	lc.Rlimits = rlimits(spec.Process.Rlimits)
+	t.devices = lc.Cgroups.Resources.Devices
 	if t.c, err = libcontainer.Create(r.root, t.id, lc); err != nil {
 		return nil, fmt.Errorf("creating zygote template %s: %w", t.id, err)
 	}
@@ -557,17 +560,39 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	goR, goW := pipes[3][0], pipes[3][1]
 
 	t0 := time.Now()
+	// The cgroup is made while the template forks; the child joins it below.
+	cgroupPath := r.cgroupBase + "/" + id
+	type made struct {
+		m   occgroups.Manager
+		err error
+	}
+	cgDone := make(chan made, 1)
+	go func() {
+		res := cfg.Limits.Resources()
+		res.Devices = t.devices // a devices cgroup of its own, with a container's rules
+		m, err := manager.New(&occgroups.Cgroup{Path: cgroupPath, Resources: res})
+		if err == nil {
+			if err = m.Apply(-1); err == nil {
+				err = m.Set(res)
+			}
+		}
+		cgDone <- made{m, err}
+	}()
 	reply, err := t.request(ctx, msg, []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), int(goR.Fd())})
 	for _, f := range []*os.File{reqR, repW, errW, goR} {
 		f.Close()
 	}
 	pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][0] = nil, nil, nil, nil
+	cg := <-cgDone
 	if err != nil {
+		if cg.m != nil {
+			_ = cg.m.Destroy()
+		}
 		return nil, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
 	k.tplPid = reply.Pid
 	s := &Sandbox{limits: cfg.Limits, id: id, rt: r, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10},
-		uid: cfg.UID, lease: t.leases[slot], cgroup: r.cgroupBase + "/" + id, child: k, started: t0}
+		uid: cfg.UID, lease: t.leases[slot], cgroup: cgroupPath, child: k, started: t0, cgm: cg.m}
 	pipes[1][0], pipes[0][1] = nil, nil
 	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id), OnBreak: s.onClientBreak})
 	k.s = s
@@ -594,15 +619,13 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	if k.hostPid, err = t.hostPid(k.tplPid); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
-	res := cfg.Limits.Resources()
-	res.SkipDevices = true
-	if s.cgm, err = manager.New(&occgroups.Cgroup{Path: s.cgroup, Resources: res}); err == nil {
-		if err = s.cgm.Apply(k.hostPid); err == nil {
-			err = s.cgm.Set(res)
-		}
-	}
-	if err != nil {
+	if err := cg.err; err != nil {
 		return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
+	}
+	for _, p := range s.cgm.GetPaths() {
+		if err := occgroups.WriteCgroupProc(p, k.hostPid); err != nil {
+			return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
+		}
 	}
 	if _, err := goW.Write([]byte{'g'}); err != nil {
 		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
@@ -719,6 +742,7 @@ func (t *template) destroy() {
 	t.rt.templates = slices.DeleteFunc(t.rt.templates, func(o *template) bool { return o == t })
 	t.rt.all = slices.DeleteFunc(t.rt.all, func(o *template) bool { return o == t })
 	t.rt.tmu.Unlock()
+	t.killChildren()
 	if t.c != nil {
 		if t.proc != nil {
 			_ = t.c.Signal(unix.SIGKILL)
@@ -750,6 +774,32 @@ func (t *template) destroy() {
 	t.rt.log.Debug("zygote template destroyed", "template", t.id)
 }
 
+// killChildren kills the children still alive and waits (bounded) until
+// the template has reported each one's exit: killing the template first
+// would leave the kernel to kill them all as its pid namespace goes, slowly.
+func (t *template) killChildren() {
+	t.mu.Lock()
+	kids := make([]*zchild, 0, len(t.kids))
+	for _, k := range t.kids {
+		kids = append(kids, k)
+	}
+	t.mu.Unlock()
+	deadline := time.After(5 * time.Second)
+	for _, k := range kids {
+		_ = k.kill(unix.SIGKILL)
+	}
+	for _, k := range kids {
+		select {
+		case <-k.s.exited:
+		case <-t.exited:
+			return
+		case <-deadline:
+			t.rt.log.Warn("children of a zygote template not reaped 5s after SIGKILL", "template", t.id)
+			return
+		}
+	}
+}
+
 // closeTemplates destroys every template (Runtime.Close, after the children).
 func (r *Runtime) closeTemplates() {
 	r.tmu.Lock()
@@ -776,6 +826,8 @@ func (k *zchild) kill(sig unix.Signal) error {
 	if k.s.cgm == nil {
 		return nil
 	}
+	// A frozen process dies only once thawed (the pool pauses children).
+	_ = k.s.cgm.Freeze(occgroups.Thawed)
 	for range 100 {
 		pids, err := cgroupProcs(k.s.cgm)
 		if err != nil || len(pids) == 0 {
