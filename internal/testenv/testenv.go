@@ -82,6 +82,35 @@ func Runtime(t testing.TB) (*sandbox.Runtime, string) {
 	return shared.rt, shared.fs.Path()
 }
 
+// ModeEnv set to "zygote" makes Engine's engines fork their sandboxes
+// from zygote templates (a package's tests run again in that mode).
+const ModeEnv = "FORGE_TEST_SANDBOX_MODE"
+
+// RunInZygoteMode re-runs the test binary's tests matching run with
+// ModeEnv=zygote and fails t unless they all pass (at least min of them).
+func RunInZygoteMode(t *testing.T, run string, min int) {
+	t.Helper()
+	if os.Getenv(ModeEnv) != "" {
+		return // this is the run
+	}
+	cmd := exec.Command(os.Args[0], "-test.count=1", "-test.v", "-test.run="+run)
+	cmd.Env = append(os.Environ(), ModeEnv+"="+string(sandbox.ModeZygote))
+	out, err := cmd.CombinedOutput()
+	var passed []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "--- PASS: "); ok && !strings.Contains(name, "/") {
+			passed = append(passed, strings.Fields(name)[0])
+		}
+	}
+	if err != nil {
+		t.Fatalf("the tests in zygote mode: %v\n%s", err, out)
+	}
+	if len(passed) < min {
+		t.Fatalf("in zygote mode only %d tests passed (%v), want at least %d\n%s", len(passed), passed, min, out)
+	}
+	t.Logf("zygote mode passed %d tests: %s", len(passed), strings.Join(passed, " "))
+}
+
 // ZygoteRuntime is Runtime in zygote mode (a second runtime on the same
 // state dir and rootfs), so that one suite runs against both modes.
 func ZygoteRuntime(t testing.TB) (*sandbox.Runtime, string) {
@@ -302,6 +331,9 @@ func Engine(t testing.TB, data bool, mutate func(*profiles.Config)) *engine.Engi
 	cfg := profiles.Default()
 	cfg.StateDir = testutil.StateDir(t)
 	cfg.Pool.Enabled = false
+	if os.Getenv(ModeEnv) == string(sandbox.ModeZygote) {
+		cfg.Sandbox.Mode = string(sandbox.ModeZygote)
+	}
 	if mutate != nil {
 		mutate(cfg)
 	}
