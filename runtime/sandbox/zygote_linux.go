@@ -176,6 +176,11 @@ func (r *Runtime) startChild(ctx context.Context, cfg Config) (*Sandbox, error) 
 		if err == nil || attempt > 0 || ctx.Err() != nil || !errors.Is(err, errTemplateGone) {
 			return s, err
 		}
+		// Its init may not be reaped yet: forget it now, then try a new one.
+		t.mu.Lock()
+		t.retireLocked()
+		t.mu.Unlock()
+		go t.destroy()
 	}
 }
 
@@ -233,6 +238,11 @@ func (t *template) take() (int, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.retired || t.gone || len(t.free) == 0 {
+		return 0, false
+	}
+	if !t.alive() { // died (killed from outside, or crashed): its children went with it
+		t.retireLocked()
+		go t.destroy()
 		return 0, false
 	}
 	if t.forks >= t.rt.zopts.Forks || time.Since(t.started) > t.rt.zopts.MaxAge {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -342,4 +343,38 @@ func liveLeases(t testing.TB) []string {
 func templateCgroups() []string {
 	m, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/pids/forge/%d-*-z", os.Getpid()))
 	return m
+}
+
+// TestZygoteTemplateKilled: a template killed from outside takes its
+// children with it (they report it) and the next sandbox comes from a new one.
+func TestZygoteTemplateKilled(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
+		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Slots: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	a := startZygote(t, rt, root)
+	tpl := ppid(t, ppid(t, a.Pid()))
+	if err := syscall.Kill(tpl, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Alive() {
+		if time.Now().After(deadline) {
+			t.Fatal("the child lives on after its template was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a.DeathReason() == "" {
+		t.Errorf("no death reason for a child whose template was killed")
+	}
+	b := startZygote(t, rt, root)
+	if got := execOK(t, b, "print(6*7)"); got != "42" {
+		t.Errorf("b: %q", got)
+	}
+	if ppid(t, ppid(t, b.Pid())) == tpl {
+		t.Errorf("b came from the killed template")
+	}
 }
