@@ -12,4 +12,7 @@ var (
 	// ErrParentLimits: the parent cgroup's limits (Options.Parent) could
 	// not be written.
 	ErrParentLimits = errors.New("cannot limit the parent cgroup")
+	// errTemplateGone: the zygote template a fork was sent to has died
+	// (the fork is retried once on a new template).
+	errTemplateGone = errors.New("zygote template gone")
 )

@@ -184,8 +184,6 @@ func (r *Runtime) startChild(ctx context.Context, cfg Config) (*Sandbox, error) 
 	}
 }
 
-var errTemplateGone = errors.New("zygote template gone")
-
 // templateFor returns a live template of cfg's rootfs and a slot taken on it.
 func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, error) {
 	r.tmu.Lock()
