@@ -113,11 +113,13 @@ test-deploy: build test-images
 	cd deploy && FORGE_TEST_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./...
 
 # The full stress and fault suite (test/stress): STRESS_RUNS executions at
-# concurrency 8, then the fault tests. Without -race, so the throughput it
+# concurrency 8, then the fault tests; then STRESS_RUNS zygote children at
+# concurrency 8 (make test makes 200). Without -race, so the throughput it
 # reports is forge's own; make test runs the short form with -race.
 STRESS_RUNS ?= 10000
 stress: build test-images $(MCPSERVER)
 	$(TESTENV) FORGE_STRESS_RUNS=$(STRESS_RUNS) $(GO) test $(GOFLAGS) -count=1 -timeout 60m -v ./test/stress
+	FORGE_TEST_ZYGOTE_CHILDREN=$(STRESS_RUNS) $(GO) test $(GOFLAGS) -count=1 -timeout 60m -v -run 'TestZygoteManyChildren$$' ./runtime/sandbox
 
 # Every fuzz target for FUZZTIME each; the corpus lives in each package's
 # testdata/fuzz/<Target>, and new failing inputs land there too.

@@ -166,4 +166,3 @@ func must(t *testing.T, ok bool, format string, args ...any) {
 		t.Errorf(format, args...)
 	}
 }
-

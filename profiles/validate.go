@@ -57,6 +57,7 @@ func (c *Config) Validate() error {
 	c.validateTools(&p)
 	c.validatePool(&p)
 	c.validateHosted(&p)
+	c.validateSandbox(&p)
 	c.validateProfiles(&p)
 	return errors.Join(p...)
 }

@@ -5,7 +5,6 @@ package seccomp
 import (
 	"encoding/binary"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -42,119 +41,10 @@ func toConfig(t testing.TB, p *specs.LinuxSeccomp) *configs.Seccomp {
 	return c
 }
 
-// compile builds the libseccomp filter as libcontainer's InitSeccomp does
-// (same action mapping, redundant-rule skipping and condition grouping),
-// minus loading it, and returns its BPF program.
-func compile(t testing.TB, c *configs.Seccomp) []bpf.RawInstruction {
+// compile is Compile of a config's profile, as a program the test's VM runs.
+func compile(t testing.TB, p *specs.LinuxSeccomp) []bpf.RawInstruction {
 	t.Helper()
-	def, err := scmpAction(c.DefaultAction, c.DefaultErrnoRet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := libseccomp.NewFilter(def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Release()
-	for _, a := range c.Architectures {
-		arch, err := libseccomp.GetArchFromString(a)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.AddArch(arch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if len(c.Syscalls) > 32 {
-		_ = f.SetOptimize(2)
-	}
-	for _, s := range c.Syscalls {
-		if err := addRule(f, s, def); err != nil {
-			t.Fatalf("rule %s: %v", s.Name, err)
-		}
-	}
-	return exportBPF(t, f)
-}
-
-func scmpAction(a configs.Action, errno *uint) (libseccomp.ScmpAction, error) {
-	ret := int16(unix.EPERM)
-	if errno != nil {
-		ret = int16(*errno)
-	}
-	switch a {
-	case configs.Allow:
-		return libseccomp.ActAllow, nil
-	case configs.Errno:
-		return libseccomp.ActErrno.SetReturnCode(ret), nil
-	case configs.Kill, configs.KillThread:
-		return libseccomp.ActKillThread, nil
-	case configs.KillProcess:
-		return libseccomp.ActKillProcess, nil
-	case configs.Trap:
-		return libseccomp.ActTrap, nil
-	case configs.Log:
-		return libseccomp.ActLog, nil
-	}
-	return 0, fmt.Errorf("action %v not handled by this test", a)
-}
-
-var scmpOps = map[configs.Operator]libseccomp.ScmpCompareOp{
-	configs.EqualTo: libseccomp.CompareEqual, configs.NotEqualTo: libseccomp.CompareNotEqual,
-	configs.GreaterThan: libseccomp.CompareGreater, configs.GreaterThanOrEqualTo: libseccomp.CompareGreaterEqual,
-	configs.LessThan: libseccomp.CompareLess, configs.LessThanOrEqualTo: libseccomp.CompareLessOrEqual,
-	configs.MaskEqualTo: libseccomp.CompareMaskedEqual,
-}
-
-func addRule(f *libseccomp.ScmpFilter, s *configs.Syscall, def libseccomp.ScmpAction) error {
-	act, err := scmpAction(s.Action, s.ErrnoRet)
-	if err != nil || act == def {
-		return err
-	}
-	nr, err := libseccomp.GetSyscallFromName(s.Name)
-	if err != nil {
-		return nil // unknown on this arch: libcontainer ignores it too
-	}
-	if len(s.Args) == 0 {
-		return f.AddRule(nr, act)
-	}
-	var conds []libseccomp.ScmpCondition
-	seen := map[uint]bool{}
-	repeated := false
-	for _, a := range s.Args {
-		c, err := libseccomp.MakeCondition(a.Index, scmpOps[a.Op], a.Value, a.ValueTwo)
-		if err != nil {
-			return err
-		}
-		repeated = repeated || seen[a.Index]
-		seen[a.Index] = true
-		conds = append(conds, c)
-	}
-	if !repeated {
-		return f.AddRuleConditional(nr, act, conds)
-	}
-	for _, c := range conds {
-		if err := f.AddRuleConditional(nr, act, []libseccomp.ScmpCondition{c}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func exportBPF(t testing.TB, f *libseccomp.ScmpFilter) []bpf.RawInstruction {
-	t.Helper()
-	fd, err := unix.MemfdCreate("bpf", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := os.NewFile(uintptr(fd), "bpf")
-	defer file.Close()
-	if err := f.ExportBPF(file); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := file.Seek(0, io.SeekStart); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(file)
+	raw, err := Compile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +97,7 @@ func TestFilterVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog := compile(t, toConfig(t, p))
+	prog := compile(t, p)
 	insns, ok := bpf.Disassemble(prog)
 	if !ok {
 		t.Fatal("libseccomp emitted instructions x/net/bpf cannot disassemble")
@@ -444,7 +334,7 @@ func BenchmarkDefaultCompile(b *testing.B) {
 				if bc.archs != nil {
 					p.Architectures = bc.archs
 				}
-				_ = compile(b, toConfig(b, p))
+				_ = compile(b, p)
 			}
 		})
 	}

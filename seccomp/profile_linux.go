@@ -120,6 +120,11 @@ func FromJSON(data []byte) (*specs.LinuxSeccomp, error) {
 // action (kill) instead of being filtered a second and third time. archs is
 // the profile's explicit "architectures" list, if any.
 func resolve(archs []specs.Arch, expand func(*specs.Spec) (*specs.LinuxSeccomp, error)) (*specs.LinuxSeccomp, error) {
+	return resolveFor(archs, nil, expand)
+}
+
+// resolveFor is resolve for a process holding caps.
+func resolveFor(archs []specs.Arch, caps []string, expand func(*specs.Spec) (*specs.LinuxSeccomp, error)) (*specs.LinuxSeccomp, error) {
 	native := NativeArch()
 	if native == "" {
 		return nil, fmt.Errorf("%w: %s", ErrUnsupportedArch, runtime.GOARCH)
@@ -127,8 +132,8 @@ func resolve(archs []specs.Arch, expand func(*specs.Spec) (*specs.LinuxSeccomp, 
 	if len(archs) > 0 && !slices.Contains(archs, native) {
 		return nil, fmt.Errorf("architectures %v do not include the native %s", archs, native)
 	}
-	noCaps := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{}}}
-	p, err := expand(noCaps)
+	withCaps := &specs.Spec{Process: &specs.Process{Capabilities: &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}}}
+	p, err := expand(withCaps)
 	if err != nil {
 		return nil, err
 	}

@@ -21,11 +21,15 @@ import (
 
 const benchUsage = `Usage: forge bench [--runs N] [--json] [--image REF] [--cpuprofile FILE]
 
-Measures, in one run on this host: bare python3 -c 'print(1)', cold runs
-(pool off), warm runs (from the pool), session calls and forks, throughput
-at concurrency 1, 2, 4, and the pool as configured (pool.size, growing to
-pool.max_size) under bursts of 20 back-to-back calls after 2 s idle and
-under sustained back-to-back load, with the share of calls the pool served.
+Measures, in one run on this host: bare python3 -c 'print(1)' (latency, and
+a sequential loop's runs/s), cold runs (pool off), warm runs (from the pool),
+session calls and forks, throughput at concurrency 1, 2, 4, and the pool as
+configured (pool.size, growing to pool.max_size) under bursts of 20
+back-to-back calls after 2 s idle and under sustained back-to-back load,
+with the share of calls the pool served; then, for each sandbox mode
+(container and zygote), cold latency and burst throughput at concurrency
+1, 2, 4 with the pool off (every run a fresh sandbox), and zygote mode with
+the pool.
 --cpuprofile writes a Go CPU profile of forge itself (go tool pprof).
 `
 
@@ -82,6 +86,9 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	})
 	bare.Name = "bare python3 -c (host)"
 	rows = append(rows, bare)
+	loop := throughputOf(1, *runs/4, func() error { return exec.CommandContext(ctx, py, "-c", "print(1)").Run() })
+	loop.Name = "bare python3 -c, sequential loop"
+	rows = append(rows, loop)
 
 	req := engine.Request{Principal: engine.LocalPrincipal, Code: "print(1)", Image: *image, Client: "bench"}
 	cfg.Pool.Enabled = false
@@ -103,7 +110,12 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer warm.Close(time.Second)
+	warmOpen := true
+	defer func() {
+		if warmOpen {
+			warm.Close(time.Second)
+		}
+	}()
 	warm.Prewarm()
 	waitWarm := func() {
 		deadline := time.Now().Add(30 * time.Second)
@@ -125,6 +137,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	r = measureAfter(*runs/2, waitWarm, func() error { return runOnce(ctx, warm, req) })
 	r.Name = "warm (pool hit)"
 	rows = append(rows, r)
+	pacedWarm := r.P50MS
 
 	// Sessions: the first call of a new session takes a sandbox from the
 	// pool; later calls reuse it (resume, exec, pause).
@@ -180,7 +193,6 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 		r := throughput(ctx, warm, req, c, *runs)
 		rows = append(rows, r)
 	}
-	pacedWarm := rows[2].P50MS
 	adaptive, err := benchAdaptive(ctx, g, cfg, req, *runs)
 	if err != nil {
 		return err
@@ -191,12 +203,19 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 		}
 	}
 	rows = append(rows, adaptive...)
+	st := warm.PoolStats()
+	warm.Close(time.Second)
+	warmOpen = false
+	modeRows, err := benchModes(ctx, g, cfg, req, *runs)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, modeRows...)
 	for i := range rows {
 		if bare.P50MS > 0 {
 			rows[i].RatioBare = rows[i].P50MS / bare.P50MS
 		}
 	}
-	st := warm.PoolStats()
 	if *asJSON {
 		return json.NewEncoder(g.stdout).Encode(map[string]any{"results": rows, "pool": st, "idle_sandbox_memory_bytes": idleMem})
 	}
@@ -216,6 +235,13 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%s\t\n", r.Name, r.Runs, r.Failures, r.P50MS, r.P95MS, r.P99MS, r.RatioBare, xw, tp, hits)
 	}
 	tw.Flush()
+	if loop.Throughput > 0 {
+		for _, r := range rows {
+			if r.Throughput > 0 && r.Name != loop.Name {
+				fmt.Fprintf(g.stdout, "%s: %.2f × the sequential bare-python loop\n", r.Name, r.Throughput/loop.Throughput)
+			}
+		}
+	}
 	for _, s := range st {
 		fmt.Fprintf(g.stdout, "pool %s: hits %d, misses %d, cold starts %d; idle pooled sandbox %.1f MiB (warm modules: %d)\n",
 			s.Name, s.Hits, s.Misses, s.ColdStarts, float64(idleMem)/(1<<20), len(wcfg.Pool.WarmModules))
@@ -358,6 +384,55 @@ func measureAfter(n int, prep func(), f func() error) benchRow {
 }
 
 func throughput(ctx context.Context, eng *engine.Engine, req engine.Request, conc, n int) benchRow {
+	r := throughputOf(conc, n, func() error { return runOnce(ctx, eng, req) })
+	r.Name = fmt.Sprintf("throughput, concurrency %d", conc)
+	return r
+}
+
+// benchModes measures each sandbox mode with the pool off (cold latency,
+// burst throughput: every run makes and destroys a sandbox) and zygote
+// mode with the pool.
+func benchModes(ctx context.Context, g *globals, cfg *profiles.Config, req engine.Request, runs int) ([]benchRow, error) {
+	var rows []benchRow
+	for _, mode := range []string{"container", "zygote"} {
+		for _, pool := range []bool{false, true} {
+			if pool && mode == "container" {
+				continue // the rows above
+			}
+			mcfg := *cfg
+			mcfg.Sandbox.Mode = mode
+			mcfg.Pool.Enabled = pool
+			if pool && mcfg.Pool.Size < 4 {
+				mcfg.Pool.Size = 4
+			}
+			eng, err := engine.New(ctx, engine.Options{Config: &mcfg, Logger: g.log})
+			if err != nil {
+				return nil, fmt.Errorf("bench in %s mode: %w", mode, err)
+			}
+			what := mode + ", pool off"
+			if pool {
+				what = mode + ", pool on"
+				eng.Prewarm()
+			}
+			_ = runOnce(ctx, eng, req) // a zygote's template starts here, untimed
+			if !pool {
+				r := measure(runs/4, func() error { return runOnce(ctx, eng, req) })
+				r.Name = what + ": cold"
+				rows = append(rows, r)
+			}
+			for _, c := range []int{1, 2, 4} {
+				r := throughputOf(c, runs/2, func() error { return runOnce(ctx, eng, req) })
+				r.Name = fmt.Sprintf("%s: burst, concurrency %d", what, c)
+				rows = append(rows, r)
+			}
+			eng.Close(time.Second)
+		}
+	}
+	return rows, nil
+}
+
+// throughputOf runs f n times from conc goroutines.
+func throughputOf(conc, n int, f func() error) benchRow {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var fails atomic.Int64
@@ -370,7 +445,7 @@ func throughput(ctx context.Context, eng *engine.Engine, req engine.Request, con
 			defer wg.Done()
 			for next.Add(1) <= int64(n) {
 				t := time.Now()
-				if err := runOnce(ctx, eng, req); err != nil {
+				if err := f(); err != nil {
 					fails.Add(1)
 					continue
 				}
@@ -384,7 +459,6 @@ func throughput(ctx context.Context, eng *engine.Engine, req engine.Request, con
 	wg.Wait()
 	el := time.Since(start)
 	r := summarize(lat, n, int(fails.Load()))
-	r.Name = fmt.Sprintf("throughput, concurrency %d", conc)
 	r.Throughput = float64(len(lat)) / el.Seconds()
 	return r
 }

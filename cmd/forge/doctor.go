@@ -119,6 +119,28 @@ func idRangeCheck(cfg *profiles.Config, etcDir string) check {
 	return c
 }
 
+// modeCheck says which sandbox mode runs and why.
+func modeCheck(cfg *profiles.Config) check {
+	c := check{Name: "sandbox mode", Found: true, Disables: "zygote mode (sandboxes start as containers)"}
+	switch cfg.Sandbox.Mode {
+	case string(sandbox.ModeZygote):
+		c.Detail = fmt.Sprintf("zygote (sandbox.mode): each sandbox is forked from a warm template of its image, "+
+			"recycled after %d forks or %s", cfg.Sandbox.ZygoteForks, cfg.Sandbox.ZygoteMaxAge)
+		if len(cfg.MCPTools) > 0 {
+			c.Detail += "; mcp_tools is set, so sandboxes with code mode start as containers"
+		}
+		n := strings.TrimSpace(readFile("/proc/sys/user/max_user_namespaces"))
+		if n == "" || n == "0" {
+			c.Found = false
+			c.Detail += "; but the kernel allows no user namespaces (max_user_namespaces=" + n + "), which each child needs"
+		}
+	default:
+		c.Detail = "container (sandbox.mode): one libcontainer container per sandbox, the default until zygote mode " +
+			"has passed the whole sandbox and attack suites in CI"
+	}
+	return c
+}
+
 func cmdDoctor(_ context.Context, g *globals, args []string) error {
 	asJSON := len(args) == 1 && args[0] == "--json"
 	if len(args) > 0 && !asJSON {
@@ -128,7 +150,7 @@ func cmdDoctor(_ context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	cs := append(append(hostChecks(), idRangeCheck(cfg, "/etc")), limitChecks(cfg)...)
+	cs := append(append(hostChecks(), idRangeCheck(cfg, "/etc"), modeCheck(cfg)), limitChecks(cfg)...)
 	missing := 0
 	for _, c := range cs {
 		if !c.Found {

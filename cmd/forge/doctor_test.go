@@ -37,3 +37,17 @@ func TestDoctorIDRange(t *testing.T) {
 		})
 	}
 }
+
+// TestModeCheck: doctor names the sandbox mode that runs and why.
+func TestModeCheck(t *testing.T) {
+	cfg := profiles.Default()
+	if c := modeCheck(cfg); !c.Found || !strings.HasPrefix(c.Detail, "container (sandbox.mode)") {
+		t.Errorf("default config: %+v, want container mode named", c)
+	}
+	cfg.Sandbox.Mode = "zygote"
+	cfg.MCPTools = map[string]profiles.MCPToolServer{"x": {}}
+	c := modeCheck(cfg)
+	if !strings.HasPrefix(c.Detail, "zygote (sandbox.mode)") || !strings.Contains(c.Detail, "code mode start as containers") {
+		t.Errorf("zygote with mcp_tools: %+v, want zygote named and the containers of code mode", c)
+	}
+}

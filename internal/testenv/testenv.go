@@ -38,6 +38,10 @@ var shared struct {
 	store *rootfs.Store
 	fs    *rootfs.RootFS
 	rt    *sandbox.Runtime
+	zrt   *sandbox.Runtime // zygote mode, made on first use
+	zerr  error
+	zonce sync.Once
+	data  *rootfs.RootFS // the data image, mounted on first use
 }
 
 // ImportImages makes sure the shared test store holds the base image (and
@@ -80,6 +84,67 @@ func Runtime(t testing.TB) (*sandbox.Runtime, string) {
 	return shared.rt, shared.fs.Path()
 }
 
+// ModeEnv set to "zygote" makes Engine's engines fork their sandboxes
+// from zygote templates (a package's tests run again in that mode).
+const ModeEnv = "FORGE_TEST_SANDBOX_MODE"
+
+// RunInZygoteMode re-runs the test binary's tests matching run with
+// ModeEnv=zygote and fails t unless they all pass (at least min of them).
+func RunInZygoteMode(t *testing.T, run string, min int) {
+	t.Helper()
+	if os.Getenv(ModeEnv) != "" {
+		return // this is the run
+	}
+	cmd := exec.Command(os.Args[0], "-test.count=1", "-test.v", "-test.run="+run)
+	cmd.Env = append(os.Environ(), ModeEnv+"="+string(sandbox.ModeZygote))
+	out, err := cmd.CombinedOutput()
+	var passed []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "--- PASS: "); ok && !strings.Contains(name, "/") {
+			passed = append(passed, strings.Fields(name)[0])
+		}
+	}
+	if err != nil {
+		t.Fatalf("the tests in zygote mode: %v\n%s", err, out)
+	}
+	if len(passed) < min {
+		t.Fatalf("in zygote mode only %d tests passed (%v), want at least %d\n%s", len(passed), passed, min, out)
+	}
+	t.Logf("zygote mode passed %d tests: %s", len(passed), strings.Join(passed, " "))
+}
+
+// ZygoteRuntime is Runtime in zygote mode (a second runtime on the same
+// state dir and rootfs), so that one suite runs against both modes.
+func ZygoteRuntime(t testing.TB) (*sandbox.Runtime, string) {
+	t.Helper()
+	_, root := Runtime(t)
+	shared.zonce.Do(func() {
+		shared.zrt, shared.zerr = sandbox.NewRuntime(context.Background(), sandbox.Options{
+			StateDir: testutil.StateDirPath(), Mode: sandbox.ModeZygote,
+			Zygote: sandbox.ZygoteOptions{Warm: []string{"random", "numpy"}}})
+	})
+	if shared.zerr != nil {
+		t.Fatalf("setting up the zygote-mode sandbox runtime: %v", shared.zerr)
+	}
+	return shared.zrt, root
+}
+
+// DataRootfs is the shared read-only rootfs of the data image (numpy,
+// pandas), imported into the shared store when it is not there yet.
+func DataRootfs(t testing.TB) string {
+	t.Helper()
+	Runtime(t)
+	if shared.data == nil {
+		ImportImages(t, shared.store, true)
+		fs, err := shared.store.Acquire(context.Background(), DataImage)
+		if err != nil {
+			t.Fatalf("mounting %s: %v", DataImage, err)
+		}
+		shared.data = fs
+	}
+	return shared.data.Path()
+}
+
 // BaseImageID is the id of the base image mounted by Runtime (which must have
 // been called), for sandbox configs that name their image.
 func BaseImageID() string { return shared.fs.Image().ID }
@@ -90,9 +155,15 @@ func Close() error {
 	if shared.rt == nil {
 		return nil
 	}
+	if shared.zrt != nil {
+		shared.zrt.Close() // its templates are checked below with the rest
+	}
 	err := Leftovers(shared.rt, testutil.StateDirPath())
 	shared.rt.Close()
 	shared.fs.Release()
+	if shared.data != nil {
+		shared.data.Release()
+	}
 	shared.store.Close()
 	if merr := MountsLeft(testutil.StateDirPath()); merr != nil && err == nil {
 		err = merr
@@ -269,6 +340,9 @@ func EngineWith(t testing.TB, data bool, mutate func(*profiles.Config), opts eng
 	cfg := profiles.Default()
 	cfg.StateDir = testutil.StateDir(t)
 	cfg.Pool.Enabled = false
+	if os.Getenv(ModeEnv) == string(sandbox.ModeZygote) {
+		cfg.Sandbox.Mode = string(sandbox.ModeZygote)
+	}
 	if mutate != nil {
 		mutate(cfg)
 	}

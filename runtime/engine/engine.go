@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,7 +119,10 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger,
 		IDRange:     idmap.Range{Start: cfg.Security.UIDRangeStart, Size: cfg.Security.UIDRangeSize},
 		IDBlockSize: cfg.Security.UIDMapSize,
-		Budget:      budget, Parent: parent})
+		Budget:      budget, Parent: parent,
+		Mode: sandbox.Mode(cfg.Sandbox.Mode),
+		Zygote: sandbox.ZygoteOptions{Forks: cfg.Sandbox.ZygoteForks, MaxAge: cfg.Sandbox.ZygoteMaxAge.Std(),
+			Slots: cfg.Sandbox.ZygoteSlots, Warm: append(slices.Clone(cfg.Pool.WarmModules), cfg.Pool.WarmModulesData...)}})
 	if errors.Is(err, sandbox.ErrParentLimits) {
 		return nil, fmt.Errorf("%w (limits.memory, limits.pids: 0 derives them; a set value must be at least what the sandboxes there use now)", err)
 	}

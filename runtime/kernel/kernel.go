@@ -72,3 +72,16 @@ func Reaper() []byte {
 	}
 	return b
 }
+
+// ZygoteFileName is the zygote's file name beside the agent: the init of a
+// zygote-mode template (runtime/sandbox/zygote_linux.go), which imports the
+// agent once and forks every sandbox of its image.
+const ZygoteFileName = "zygote.py"
+
+// ZygotePath is where the sandbox launcher mounts the zygote (read-only).
+const ZygotePath = "/opt/forge/agent/" + ZygoteFileName
+
+// ZygoteSource is zygote.py, written beside the agent.
+//
+//go:embed zygote.py
+var ZygoteSource []byte

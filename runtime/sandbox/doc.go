@@ -15,5 +15,7 @@
 // processes left behind (Cleanup). A Sandbox runs cells (Exec), is paused
 // and resumed by the pool and by sessions, has its limits tightened per
 // request (SetLimits), and is destroyed exactly once (Destroy), which also
-// runs its OnDestroy hook.
+// runs its OnDestroy hook. In ModeZygote (zygote_linux.go) a Sandbox is
+// instead a child forked from a warm template container of its image, with
+// the same invariants and the same methods.
 package sandbox

@@ -14,4 +14,7 @@ var (
 	ErrParentLimits = errors.New("cannot limit the parent cgroup")
 	// ErrNoCgroup: a rootless sandbox without a cgroup has no counters to read.
 	ErrNoCgroup = errors.New("sandbox has no cgroup (rootless mode without a delegated cgroup)")
+	// errTemplateGone: the zygote template a fork was sent to has died
+	// (the fork is retried once on a new template).
+	errTemplateGone = errors.New("zygote template gone")
 )

@@ -60,6 +60,10 @@ type Options struct {
 	// them at fakes.
 	ProcRoot, CgroupRoot string
 	Logger               *slog.Logger
+	// Mode is how sandboxes are made ("": ModeContainer).
+	Mode Mode
+	// Zygote configures ModeZygote.
+	Zygote ZygoteOptions
 }
 
 // DefaultCgroupParent is the cgroup of every sandbox's cgroup unless
@@ -85,7 +89,16 @@ type Runtime struct {
 	rootless   bool             // forge runs as an ordinary user (internal/rootless)
 	noCgroups  bool             // rootless without a cgroup of its own: rlimits, no freezer
 	procRoot   string
+	nested     int64 // Budget.NestedNamespaces
 	log        *slog.Logger
+
+	mode      Mode
+	zopts     ZygoteOptions
+	tmu       sync.Mutex               // guards the fields below
+	templates []*template              // forking
+	all       []*template              // not yet destroyed
+	starting  map[string]chan struct{} // rootfs → closed when its template start ended
+	zstats    ZygoteStats
 }
 
 // Recovered is what NewRuntime removed of dead forge processes (forge gc
@@ -121,6 +134,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		live:       make(map[string]*Sandbox),
 		pyc:        make(map[string]bool),
 		procRoot:   opts.ProcRoot,
+		starting:   make(map[string]chan struct{}),
 	}
 	if rootless.Active() {
 		ids, block, err := RootlessIDs(opts.ProcRoot, opts.IDBlockSize, 1000)
@@ -143,6 +157,18 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	if err := r.setLimits(opts); err != nil {
 		return nil, err
+	}
+	switch r.mode = opts.Mode; r.mode {
+	case "":
+		r.mode = ModeContainer
+	case ModeContainer:
+	case ModeZygote:
+		r.zopts = opts.Zygote
+		if err := r.zopts.setDefaults(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("sandbox mode %q: must be %q or %q: %w", opts.Mode, ModeContainer, ModeZygote, ErrInvalidConfig)
 	}
 	// The state dir must be traversable by the sandbox's mapped root, which
 	// opens the rootfs and agent paths from inside its user namespace.
@@ -180,6 +206,7 @@ func (r *Runtime) setLimits(opts Options) error {
 	if err := opts.Budget.Validate(); err != nil {
 		return err
 	}
+	r.nested = opts.Budget.NestedNamespaces
 	// A kernel without ucount sysctls (before 4.9) has none to set.
 	if host, err := ReadUserLimits(opts.ProcRoot); err != nil {
 		r.log.Warn("sandboxes get no per-user kernel budgets", "err", err)
@@ -215,7 +242,7 @@ func writeAgent(stateDir string) (string, error) {
 		data []byte
 		mode os.FileMode
 	}
-	files := []file{{kernel.AgentFileName, kernel.AgentSource, 0o444}}
+	files := []file{{kernel.AgentFileName, kernel.AgentSource, 0o444}, {kernel.ZygoteFileName, kernel.ZygoteSource, 0o444}}
 	if r := kernel.Reaper(); r != nil {
 		files = append(files, file{kernel.ReaperFileName, r, 0o555})
 	}
@@ -293,6 +320,7 @@ func (r *Runtime) Close() error {
 	for _, s := range all {
 		errs = append(errs, s.Destroy())
 	}
+	r.closeTemplates()
 	errs = append(errs, r.ids.Close())
 	return errors.Join(errs...)
 }
@@ -303,6 +331,7 @@ func (r *Runtime) IDs() *idmap.Allocator { return r.ids }
 func agentHash() string {
 	h := sha256.New()
 	h.Write(kernel.AgentSource)
+	h.Write(kernel.ZygoteSource)
 	h.Write(kernel.Reaper())
 	return hex.EncodeToString(h.Sum(nil)[:6])
 }
@@ -439,6 +468,7 @@ type Sandbox struct {
 
 	exited chan struct{} // closed when the init process has been reaped
 	state  *os.ProcessState
+	child  *zchild           // set in zygote mode (c and proc are nil)
 	cgm    occgroups.Manager // the sandbox's cgroups, for reading usage
 
 	onDestroy func()
@@ -470,11 +500,32 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 			onDestroy()
 		}
 	}()
+	zygote := r.mode == ModeZygote
+	if zygote && cfg.Seccomp == nil {
+		sc, err := defaultSeccomp()
+		if err != nil {
+			return nil, fmt.Errorf("default seccomp profile: %w", err)
+		}
+		cfg.Seccomp = sc
+	}
 	if err := cfg.setDefaults(r.ids.BlockSize(), r.ids.Shared()); err != nil {
 		return nil, err
 	}
 	if err := r.ensureAgentDir(); err != nil {
 		return nil, err
+	}
+	if zygote && cfg.BridgeDir != "" {
+		// A child cannot bind-mount a host directory: code mode's sandboxes stay containers.
+		r.zstat(func(z *ZygoteStats) { z.Fallbacks++ })
+		zygote = false
+	}
+	if zygote {
+		s, err := r.startChild(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.onDestroy = onDestroy
+		return s, nil
 	}
 	argv, compiled := r.agentArgv(ctx, cfg)
 	s, err := r.start(ctx, cfg, argv)
@@ -767,6 +818,9 @@ func (s *Sandbox) Hello() *kernel.Hello { return s.hello }
 // Pid is the host pid of the sandbox's init (pid 1 inside: the reaper,
 // whose /proc/PID/root is the sandbox's root).
 func (s *Sandbox) Pid() int {
+	if s.child != nil {
+		return s.child.initPid
+	}
 	pid, _ := s.proc.Pid()
 	return pid
 }
@@ -817,10 +871,16 @@ const freezeTries = 10
 func (s *Sandbox) freezeLocked() error {
 	var err error
 	for i := 0; i < freezeTries; i++ {
-		if err = s.c.Pause(); err == nil {
+		if s.child != nil {
+			if err = s.cgm.Freeze(occgroups.Frozen); err == nil {
+				return nil
+			}
+			if !s.Alive() {
+				return err
+			}
+		} else if err = s.c.Pause(); err == nil {
 			return nil
-		}
-		if st, serr := s.c.Status(); serr != nil || st != libcontainer.Running {
+		} else if st, serr := s.c.Status(); serr != nil || st != libcontainer.Running {
 			return err // dead or dying: no point in retrying
 		}
 		time.Sleep(time.Duration(i+1) * 20 * time.Millisecond)
@@ -842,7 +902,13 @@ func (s *Sandbox) Resume() error {
 		s.paused = false
 		return nil
 	}
-	if err := s.c.Resume(); err != nil {
+	var err error
+	if s.child != nil {
+		err = s.cgm.Freeze(occgroups.Thawed)
+	} else {
+		err = s.c.Resume()
+	}
+	if err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", s.id, err)
 	}
 	s.paused = false
@@ -862,6 +928,15 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 	}
 	if s.rt.noCgroups {
 		if err := s.setRlimits(l); err != nil {
+			return fmt.Errorf("setting limits of sandbox %s: %w", s.id, err)
+		}
+		s.limits = l
+		return nil
+	}
+	if s.child != nil {
+		res := l.Resources()
+		res.SkipDevices = true
+		if err := s.cgm.Set(res); err != nil {
 			return fmt.Errorf("setting limits of sandbox %s: %w", s.id, err)
 		}
 		s.limits = l
@@ -894,7 +969,7 @@ func (s *Sandbox) Kill() {
 	if !s.Alive() {
 		return
 	}
-	if err := s.c.Signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
+	if err := s.signal(unix.SIGKILL); err != nil && !errors.Is(err, libcontainer.ErrNotRunning) {
 		s.rt.log.Debug("killing sandbox", "sandbox", s.id, "err", err)
 	}
 	select {
@@ -961,7 +1036,15 @@ func (s *Sandbox) PidsLimitHits() (uint64, error) {
 
 // Interrupt sends SIGINT to the agent: running code gets KeyboardInterrupt.
 func (s *Sandbox) Interrupt() error {
-	return s.c.Signal(unix.SIGINT)
+	return s.signal(unix.SIGINT)
+}
+
+// signal sends sig to init (SIGKILL: to every process of the sandbox).
+func (s *Sandbox) signal(sig unix.Signal) error {
+	if s.child != nil {
+		return s.child.kill(sig)
+	}
+	return s.c.Signal(sig)
 }
 
 // ExitStatus returns the agent's exit code (128+signal when killed), once it exited.
@@ -970,6 +1053,9 @@ func (s *Sandbox) ExitStatus() (int, bool) {
 	case <-s.exited:
 	default:
 		return 0, false
+	}
+	if s.child != nil {
+		return s.child.code, true
 	}
 	if s.state == nil {
 		return -1, true
@@ -993,7 +1079,7 @@ func (s *Sandbox) Destroy() error {
 		return nil
 	}
 	s.destroyed = true
-	if s.proc != nil {
+	if s.proc != nil || s.child != nil {
 		s.Kill()
 	} else {
 		_ = s.c.Signal(unix.SIGKILL)
@@ -1005,6 +1091,13 @@ func (s *Sandbox) Destroy() error {
 	defer s.rt.untrack(s)
 	if s.onDestroy != nil {
 		defer s.onDestroy()
+	}
+	if s.child != nil {
+		if err := s.child.destroy(); err != nil {
+			return fmt.Errorf("destroying sandbox %s (its host ids %s stay reserved): %w", s.id, s.lease.Range(), err)
+		}
+		s.rt.log.Debug("sandbox destroyed", "sandbox", s.id)
+		return nil
 	}
 	if err := s.c.Destroy(); err != nil {
 		// The lease stays taken: a process of the sandbox may live on.
@@ -1092,6 +1185,8 @@ func (s *Sandbox) Healthy() error {
 	var err error
 	if s.rt.noCgroups {
 		pids, err = nsProcesses(s.rt.procRoot, s.Pid())
+	} else if s.child != nil {
+		pids, err = cgroupProcs(s.cgm)
 	} else {
 		pids, err = s.c.Processes()
 	}

@@ -20,8 +20,15 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m, nil) }
 
+// modeEnv runs the suite against zygote mode (see TestZygoteMode).
+const modeEnv = "FORGE_TEST_SANDBOX_MODE"
+
+// setup is the runtime of the mode under test and the base image's rootfs.
 func setup(t testing.TB) (*sandbox.Runtime, string) {
 	t.Helper()
+	if os.Getenv(modeEnv) == string(sandbox.ModeZygote) {
+		return testenv.ZygoteRuntime(t)
+	}
 	return testenv.Runtime(t)
 }
 

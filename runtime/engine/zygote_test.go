@@ -1,0 +1,14 @@
+package engine_test
+
+import (
+	"testing"
+
+	"github.com/mcp-forge/forge/internal/testenv"
+)
+
+// TestZygoteMode runs the session, hibernation and execution tests again
+// with the engine's sandboxes forked from zygote templates: the pool,
+// sessions and hibernation see a child as they see a container.
+func TestZygoteMode(t *testing.T) {
+	testenv.RunInZygoteMode(t, "^(TestSession.*|TestDocumentStateAndFiles|TestHibernation.*)$", 8)
+}

@@ -1,0 +1,874 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	occgroups "github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/devices/config"
+	"github.com/opencontainers/cgroups/manager"
+	"github.com/opencontainers/runc/libcontainer"
+	"github.com/opencontainers/runc/libcontainer/configs"
+	"github.com/opencontainers/runc/libcontainer/specconv"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/mcp-forge/forge/runtime/idmap"
+	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/seccomp"
+)
+
+// Zygote mode: every sandbox is a child forked from a warm template, one
+// libcontainer container per image whose init is kernel's zygote.py. The
+// template runs as root of its own user namespace with CAP_SETUID and
+// CAP_SETGID only (to write its children's id maps), under a seccomp filter
+// that lets unshare and mount through (seccomp.Template), and with an
+// unmasked /proc (the kernel lets a child mount a fresh /proc only where one
+// is fully visible). It never runs user code. Each child is a full sandbox
+// (see zygote.py for the steps): its own user namespace mapped onto a slot
+// of the template's ids, its own cgroup made here, a fresh /proc, /tmp and
+// /workspace, no capabilities, no_new_privs and the full seccomp profile.
+// Its *Sandbox behaves as a container's: the pool, sessions and the engine
+// cannot tell them apart.
+
+// Mode says how a Runtime makes sandboxes.
+type Mode string
+
+// The modes.
+const (
+	// ModeContainer starts one libcontainer container per sandbox.
+	ModeContainer Mode = "container"
+	// ModeZygote forks each sandbox from a warm template of its image.
+	ModeZygote Mode = "zygote"
+)
+
+// ZygoteOptions configure zygote mode.
+type ZygoteOptions struct {
+	// Forks retires a template after this many children (they share its
+	// address layout and hash secret); 0 means DefaultZygoteForks.
+	Forks int
+	// MaxAge retires a template this long after it started; 0 means DefaultZygoteMaxAge.
+	MaxAge time.Duration
+	// Slots is how many children of one template may live at once (each
+	// maps onto a block of host ids of its own); 0 means DefaultZygoteSlots.
+	Slots int
+	// Warm are the modules the template imports before it forks.
+	Warm []string
+}
+
+// Zygote defaults.
+const (
+	DefaultZygoteForks  = 1000
+	DefaultZygoteMaxAge = 10 * time.Minute
+	DefaultZygoteSlots  = 32
+	// maxZygoteSlots keeps the template's uid_map within the kernel's 340 lines.
+	maxZygoteSlots = 256
+)
+
+func (o *ZygoteOptions) setDefaults() error {
+	if o.Forks == 0 {
+		o.Forks = DefaultZygoteForks
+	}
+	if o.MaxAge == 0 {
+		o.MaxAge = DefaultZygoteMaxAge
+	}
+	if o.Slots == 0 {
+		o.Slots = DefaultZygoteSlots
+	}
+	switch {
+	case o.Forks < 1:
+		return fmt.Errorf("zygote forks %d: must be >= 1: %w", o.Forks, ErrInvalidConfig)
+	case o.MaxAge < 0:
+		return fmt.Errorf("zygote max age %s: must be >= 0: %w", o.MaxAge, ErrInvalidConfig)
+	case o.Slots < 1 || o.Slots > maxZygoteSlots:
+		return fmt.Errorf("zygote slots %d: must be in 1-%d: %w", o.Slots, maxZygoteSlots, ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Mode is how the runtime makes sandboxes.
+func (r *Runtime) Mode() Mode { return r.mode }
+
+// ZygoteStats count what zygote mode did.
+type ZygoteStats struct {
+	Templates int `json:"templates"` // started
+	Retired   int `json:"retired"`   // destroyed after their forks or age
+	Forks     int `json:"forks"`     // children forked
+	Fallbacks int `json:"fallbacks"` // sandboxes started as containers instead (code mode)
+}
+
+// ZygoteStats reports zygote mode's counters.
+func (r *Runtime) ZygoteStats() ZygoteStats {
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	return r.zstats
+}
+
+// template is one zygote container.
+type template struct {
+	rt      *Runtime
+	id      string
+	rootfs  string
+	c       *libcontainer.Container
+	proc    *libcontainer.Process
+	ctl     *os.File // host end of the SOCK_SEQPACKET control socket
+	leases  []*idmap.Lease
+	block   uint32
+	started time.Time
+	stderr  *boundedBuffer
+	exited  chan struct{}
+	devices []*config.Rule // the container's device rules, for each child's own devices cgroup
+
+	forkMu  sync.Mutex      // one fork request at a time
+	replies chan zygoteMsg  // "forked" replies, in order
+	mu      sync.Mutex      // guards the fields below
+	free    []int           // free slots (1..Slots)
+	forks   int             // children forked
+	retired bool            // forks no more; destroyed once its last child is
+	kids    map[int]*zchild // by pid in the template's pid namespace
+	early   map[int]int     // exit codes of children not yet registered
+	gone    bool            // destroyed
+}
+
+// zchild is the zygote side of a child sandbox.
+type zchild struct {
+	tpl     *template
+	slot    int
+	tplPid  int // I in the template's pid namespace
+	hostPid int // I on the host
+	s       *Sandbox
+	initPid int // P (pid 1 inside) on the host, once found
+	code    int // exit status, once exited
+}
+
+type zygoteMsg struct {
+	Op     string   `json:"op"`
+	ID     string   `json:"id"`
+	Pid    int      `json:"pid"`
+	Code   int      `json:"code"`
+	Error  string   `json:"error"`
+	Warm   []string `json:"warm"`
+	Python string   `json:"python"`
+}
+
+// maxZygoteMsg bounds one control message from a template.
+const maxZygoteMsg = 64 << 10
+
+// startChild forks a sandbox from the template of cfg's image, starting
+// the template first when there is none with a free slot.
+func (r *Runtime) startChild(ctx context.Context, cfg Config) (*Sandbox, error) {
+	for attempt := 0; ; attempt++ {
+		t, slot, err := r.templateFor(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s, err := t.fork(ctx, cfg, slot)
+		if err == nil || attempt > 0 || ctx.Err() != nil || !errors.Is(err, errTemplateGone) {
+			return s, err
+		}
+		// Its init may not be reaped yet: forget it now, then try a new one.
+		t.mu.Lock()
+		t.retireLocked()
+		t.mu.Unlock()
+		go t.destroy()
+	}
+}
+
+// templateFor returns a live template of cfg's rootfs and a slot taken on it.
+func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, error) {
+	r.tmu.Lock()
+	forking := slices.Clone(r.templates)
+	r.tmu.Unlock() // take may retire a template, which takes tmu
+	for _, t := range forking {
+		if t.rootfs != cfg.Rootfs {
+			continue
+		}
+		if slot, ok := t.take(); ok {
+			return t, slot, nil
+		}
+	}
+	// One template start per image at a time: the others wait for it and take its slots.
+	r.tmu.Lock()
+	if wait, ok := r.starting[cfg.Rootfs]; ok {
+		r.tmu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+		return r.templateFor(ctx, cfg)
+	}
+	done := make(chan struct{})
+	r.starting[cfg.Rootfs] = done
+	r.tmu.Unlock()
+	t, err := r.startTemplate(ctx, cfg)
+	r.tmu.Lock()
+	delete(r.starting, cfg.Rootfs)
+	close(done)
+	if err == nil {
+		r.templates = append(r.templates, t)
+		r.all = append(r.all, t)
+		r.zstats.Templates++
+	}
+	r.tmu.Unlock()
+	if err != nil {
+		return nil, 0, err
+	}
+	slot, ok := t.take()
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: a new template has no free slot", errTemplateGone)
+	}
+	return t, slot, nil
+}
+
+// take reserves a free slot unless the template is retired.
+func (t *template) take() (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.retired || t.gone || len(t.free) == 0 {
+		return 0, false
+	}
+	if !t.alive() { // died (killed from outside, or crashed): its children went with it
+		t.retireLocked()
+		go t.destroy()
+		return 0, false
+	}
+	if t.forks >= t.rt.zopts.Forks || time.Since(t.started) > t.rt.zopts.MaxAge {
+		t.retireLocked()
+		return 0, false
+	}
+	slot := t.free[len(t.free)-1]
+	t.free = t.free[:len(t.free)-1]
+	t.forks++
+	return slot, true
+}
+
+// retireLocked stops forks; the template goes once its last child has.
+func (t *template) retireLocked() {
+	if t.retired {
+		return
+	}
+	t.retired = true
+	t.rt.tmu.Lock()
+	t.rt.templates = slices.DeleteFunc(t.rt.templates, func(o *template) bool { return o == t })
+	t.rt.zstats.Retired++
+	t.rt.tmu.Unlock()
+	if len(t.kids) == 0 && len(t.free) == t.rt.zopts.Slots {
+		go t.destroy()
+	}
+}
+
+// release gives a slot back once its child is gone.
+func (t *template) release(slot int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.free = append(t.free, slot)
+	if t.retired && len(t.kids) == 0 && len(t.free) == t.rt.zopts.Slots {
+		go t.destroy()
+	}
+}
+
+// startTemplate starts the zygote container of cfg's image.
+func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, retErr error) {
+	n := r.zopts.Slots + 1
+	t := &template{rt: r, id: newID() + "-z", rootfs: cfg.Rootfs, block: r.ids.BlockSize(), started: time.Now(),
+		stderr: &boundedBuffer{max: 64 << 10}, exited: make(chan struct{}), replies: make(chan zygoteMsg, 1),
+		kids: make(map[int]*zchild), early: make(map[int]int)}
+	defer func() {
+		if retErr != nil {
+			t.destroy()
+		}
+	}()
+	for range n {
+		l, err := r.ids.Allocate()
+		if err != nil {
+			return nil, fmt.Errorf("host ids of zygote template %s: %w", t.id, err)
+		}
+		t.leases = append(t.leases, l)
+	}
+	for i := 1; i < n; i++ {
+		t.free = append(t.free, i)
+	}
+	spec, err := r.templateSpec(t, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	specconvMu.Lock()
+	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: t.id, Spec: spec, NoNewKeyring: true})
+	if err == nil {
+		for i, d := range lc.Devices {
+			c := *d
+			lc.Devices[i] = &c
+		}
+	}
+	specconvMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("converting spec of zygote template %s: %w", t.id, err)
+	}
+	lc.Rlimits = rlimits(spec.Process.Rlimits)
+	t.devices = lc.Cgroups.Resources.Devices
+	if t.c, err = libcontainer.Create(r.root, t.id, lc); err != nil {
+		return nil, fmt.Errorf("creating zygote template %s: %w", t.id, err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	t.ctl = os.NewFile(uintptr(fds[0]), "zygote-ctl")
+	peer := os.NewFile(uintptr(fds[1]), "zygote-ctl-peer")
+	caps := []string{"CAP_SETUID", "CAP_SETGID"}
+	p := &libcontainer.Process{
+		Args: spec.Process.Args, Env: spec.Process.Env, UID: 0, GID: 0, Cwd: "/",
+		Stderr: t.stderr, ExtraFiles: []*os.File{peer}, Init: true,
+		NoNewPrivileges: &spec.Process.NoNewPrivileges,
+		Capabilities:    &configs.Capabilities{Bounding: caps, Effective: caps, Permitted: caps},
+		Rlimits:         lc.Rlimits,
+	}
+	err = r.run(t.c, p)
+	peer.Close()
+	if err != nil {
+		return nil, fmt.Errorf("starting zygote template %s: %w", t.id, err)
+	}
+	t.proc = p
+	go func() {
+		_, _ = p.Wait()
+		close(t.exited)
+		t.ctl.Close() // ends read()
+	}()
+	ready := make(chan zygoteMsg, 1)
+	go t.read(ready)
+	select {
+	case m := <-ready:
+		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "took", time.Since(t.started))
+	case <-t.exited:
+		return nil, fmt.Errorf("zygote template %s %w: it exited%s", t.id, errAgentStart, note(t.stderr))
+	case <-ctx.Done():
+		return nil, fmt.Errorf("zygote template %s: %w", t.id, ctx.Err())
+	}
+	return t, nil
+}
+
+func note(b *boundedBuffer) string {
+	if s := b.String(); s != "" {
+		return "; stderr: " + s
+	}
+	return ""
+}
+
+// templateSpec is a sandbox's spec changed only where the template must
+// differ to make children: root of its user namespace (mapped onto its
+// own block, then one block per slot), an unmasked /proc, the template's
+// seccomp filter, namespace budgets for its children.
+func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
+	sc, err := seccomp.Template()
+	if err != nil {
+		return nil, err
+	}
+	limits := cfg.Limits
+	limits.Pids = int64(r.zopts.Slots) + 16 // a child is here only until it joins its own cgroup
+	argv := append(kernel.Argv(kernel.ZygotePath), r.zopts.Warm...)
+	s, err := NewSpec(
+		WithRootfs(cfg.Rootfs),
+		WithHostname("zygote"),
+		WithIDMapping(t.leases[0].Range().Start, t.block),
+		WithArgs(argv...),
+		WithTmpfs("/tmp", 1<<20),
+		WithTmpfs(WorkspacePath, 1<<20),
+		WithReadOnlyBind(r.agentDir, AgentMountPoint),
+		WithResources(limits.Spec()),
+		WithSeccomp(sc),
+		WithCgroupsPath(r.cgroupBase+"/"+t.id),
+		WithUserLimits(r.templateLimits()),
+	)
+	if err != nil {
+		return nil, err
+	}
+	var m []specs.LinuxIDMapping
+	for i, l := range t.leases {
+		m = append(m, specs.LinuxIDMapping{ContainerID: uint32(i) * t.block, HostID: l.Range().Start, Size: t.block})
+	}
+	s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
+	s.Process.User = specs.User{UID: 0, GID: 0}
+	s.Linux.MaskedPaths = slices.DeleteFunc(s.Linux.MaskedPaths, func(p string) bool { return strings.HasPrefix(p, "/proc/") })
+	s.Linux.ReadonlyPaths = slices.DeleteFunc(s.Linux.ReadonlyPaths, func(p string) bool { return strings.HasPrefix(p, "/proc/") })
+	return s, nil
+}
+
+// templateLimits are the per-user kernel limits of a template's user
+// namespace, which every child's usage is charged to as well: a sandbox's
+// share times the slots, and namespaces for every child (each makes seven).
+func (r *Runtime) templateLimits() UserLimits {
+	out := make(UserLimits, len(r.budgets))
+	slots := int64(r.zopts.Slots)
+	for k, v := range r.budgets {
+		if isNamespaceLimit(k) {
+			out[k] = max(v, r.nested, 2*slots+4)
+		} else {
+			out[k] = v * slots
+		}
+	}
+	return out
+}
+
+// read delivers the template's control messages until its socket closes.
+func (t *template) read(ready chan<- zygoteMsg) {
+	buf := make([]byte, maxZygoteMsg)
+	defer t.dead()
+	for {
+		n, err := t.ctl.Read(buf)
+		if err != nil || n == 0 {
+			return
+		}
+		var m zygoteMsg
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			t.rt.log.Warn("zygote template sent a malformed message; destroying it", "template", t.id, "err", err)
+			go t.destroy()
+			return
+		}
+		switch m.Op {
+		case "ready":
+			ready <- m
+		case "forked":
+			select {
+			case t.replies <- m:
+			default:
+				t.rt.log.Warn("zygote template sent a reply nobody asked for; destroying it", "template", t.id)
+				go t.destroy()
+				return
+			}
+		case "exit":
+			t.mu.Lock()
+			k := t.kids[m.Pid]
+			delete(t.kids, m.Pid)
+			if k == nil && m.Pid > 1 && len(t.early) < maxZygoteSlots {
+				t.early[m.Pid] = m.Code // before its fork's reply was handled
+			}
+			t.mu.Unlock()
+			if k != nil {
+				k.exit(m.Code)
+			}
+		}
+	}
+}
+
+// dead ends every child still known: once the template's init is gone, the
+// kernel has killed its pid namespace, children included.
+func (t *template) dead() {
+	t.mu.Lock()
+	kids := t.kids
+	t.kids = make(map[int]*zchild)
+	t.mu.Unlock()
+	for _, k := range kids {
+		k.exit(128 + int(unix.SIGKILL))
+	}
+}
+
+func (k *zchild) exit(code int) {
+	if code < 0 { // killed by a signal (I itself, by Kill)
+		code = 128 - code
+	}
+	k.code = code
+	select {
+	case <-k.s.exited:
+	default:
+		close(k.s.exited)
+	}
+	k.s.client.Close()
+}
+
+// forkRequest is what the template's zygote.py reads for one child.
+type forkRequest struct {
+	ID            string              `json:"id"`
+	UID           uint32              `json:"uid"`
+	IDsStart      uint32              `json:"ids_start"`
+	IDsSize       uint32              `json:"ids_size"`
+	TmpSize       int64               `json:"tmp_size"`
+	WorkspaceSize int64               `json:"workspace_size"`
+	Hostname      string              `json:"hostname"`
+	UserLimits    UserLimits          `json:"user_limits"`
+	Rlimits       map[string][2]int64 `json:"rlimits"`
+	Seccomp       string              `json:"seccomp"`
+	Env           []string            `json:"env"`
+}
+
+// compiledSeccomp caches each profile's BPF.
+var compiledSeccomp sync.Map // *specs.LinuxSeccomp → string (hex)
+
+func bpfOf(p *specs.LinuxSeccomp) (string, error) {
+	if v, ok := compiledSeccomp.Load(p); ok {
+		return v.(string), nil
+	}
+	b, err := seccomp.Compile(p)
+	if err != nil {
+		return "", err
+	}
+	h := hex.EncodeToString(b)
+	compiledSeccomp.Store(p, h)
+	return h, nil
+}
+
+// defaultSeccomp is the default profile, resolved once: a child's config
+// that leaves Seccomp nil gets the same pointer, so its BPF is compiled once.
+var defaultSeccomp = sync.OnceValues(seccomp.Default)
+
+// fork makes one child sandbox on slot.
+func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, retErr error) {
+	r := t.rt
+	id := newID()
+	k := &zchild{tpl: t, slot: slot}
+	defer func() {
+		if retErr != nil && k.s == nil {
+			t.release(slot)
+		}
+	}()
+	prog, err := bpfOf(cfg.Seccomp)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp of sandbox %s: %w", id, err)
+	}
+	req := forkRequest{
+		ID: id, UID: cfg.UID, IDsStart: uint32(slot) * t.block, IDsSize: t.block,
+		TmpSize: cfg.TmpSize, WorkspaceSize: cfg.WorkspaceSize, Hostname: "sandbox-" + id[len(id)-6:],
+		UserLimits: r.budgets, Seccomp: prog, Env: Env,
+		Rlimits: map[string][2]int64{"RLIMIT_NOFILE": {1024, 1024}, "RLIMIT_CORE": {0, 0}, "RLIMIT_FSIZE": {1 << 30, 1 << 30}},
+	}
+	msg, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var pipes [4][2]*os.File // request, reply, stderr, go
+	defer func() {
+		for _, p := range pipes {
+			for _, f := range p {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+	}()
+	for i := range pipes {
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		pipes[i] = [2]*os.File{rd, wr}
+	}
+	reqR, reqW := pipes[0][0], pipes[0][1]
+	repR, repW := pipes[1][0], pipes[1][1]
+	errR, errW := pipes[2][0], pipes[2][1]
+	goR, goW := pipes[3][0], pipes[3][1]
+
+	t0 := time.Now()
+	// The cgroup is made while the template forks; the child joins it below.
+	cgroupPath := r.cgroupBase + "/" + id
+	type made struct {
+		m   occgroups.Manager
+		err error
+	}
+	cgDone := make(chan made, 1)
+	go func() {
+		res := cfg.Limits.Resources()
+		res.Devices = t.devices // a devices cgroup of its own, with a container's rules
+		m, err := manager.New(&occgroups.Cgroup{Path: cgroupPath, Resources: res})
+		if err == nil {
+			if err = m.Apply(-1); err == nil {
+				err = m.Set(res)
+			}
+		}
+		cgDone <- made{m, err}
+	}()
+	reply, err := t.request(ctx, msg, []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), int(goR.Fd())})
+	for _, f := range []*os.File{reqR, repW, errW, goR} {
+		f.Close()
+	}
+	pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][0] = nil, nil, nil, nil
+	cg := <-cgDone
+	if err != nil {
+		if cg.m != nil {
+			_ = cg.m.Destroy()
+		}
+		return nil, fmt.Errorf("forking sandbox %s: %w", id, err)
+	}
+	k.tplPid = reply.Pid
+	s := &Sandbox{limits: cfg.Limits, id: id, rt: r, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10},
+		uid: cfg.UID, lease: t.leases[slot], cgroup: cgroupPath, child: k, started: t0, cgm: cg.m}
+	pipes[1][0], pipes[0][1] = nil, nil
+	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id), OnBreak: s.onClientBreak})
+	k.s = s
+	t.mu.Lock()
+	code, early := t.early[k.tplPid]
+	delete(t.early, k.tplPid)
+	if !early {
+		t.kids[k.tplPid] = k
+	}
+	t.mu.Unlock()
+	r.track(s)
+	if early {
+		k.exit(code)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = s.Destroy()
+		}
+	}()
+	go func() { _, _ = io.Copy(s.stderr, errR); errR.Close() }()
+	pipes[2][0] = nil
+
+	tReply := time.Since(t0)
+	if k.hostPid, err = t.hostPid(k.tplPid); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	if err := cg.err; err != nil {
+		return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
+	}
+	for _, p := range s.cgm.GetPaths() {
+		if err := occgroups.WriteCgroupProc(p, k.hostPid); err != nil {
+			return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
+		}
+	}
+	if _, err := goW.Write([]byte{'g'}); err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
+	}
+	tRun := time.Since(t0)
+	hello, err := s.client.Hello(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s %w: %w%s", id, errAgentStart, err, s.stderrNote())
+	}
+	s.hello = hello
+	if k.initPid, err = onlyChild(k.hostPid); err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	r.zstat(func(z *ZygoteStats) { z.Forks++ })
+	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "cgroup", tRun-tReply, "total", time.Since(t0))
+	return s, nil
+}
+
+func (r *Runtime) zstat(f func(*ZygoteStats)) {
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	f(&r.zstats)
+}
+
+func (t *template) alive() bool {
+	select {
+	case <-t.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// request sends one fork request with its descriptors and waits for the reply.
+func (t *template) request(ctx context.Context, msg []byte, fds []int) (zygoteMsg, error) {
+	t.forkMu.Lock()
+	defer t.forkMu.Unlock()
+	if !t.alive() {
+		return zygoteMsg{}, errTemplateGone
+	}
+	if err := unix.Sendmsg(int(t.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0); err != nil {
+		return zygoteMsg{}, fmt.Errorf("%w: %w", errTemplateGone, err)
+	}
+	select {
+	case m := <-t.replies:
+		if m.Error != "" {
+			return m, fmt.Errorf("zygote template %s: %.500s", t.id, m.Error)
+		}
+		if m.Pid <= 1 {
+			return m, fmt.Errorf("zygote template %s: a reply without a pid", t.id)
+		}
+		return m, nil
+	case <-t.exited:
+		return zygoteMsg{}, fmt.Errorf("%w%s", errTemplateGone, note(t.stderr))
+	case <-ctx.Done():
+		// The reply may still come: the template is no longer to be trusted in step.
+		go t.destroy()
+		return zygoteMsg{}, ctx.Err()
+	}
+}
+
+// hostPid finds the host pid of the template's child tplPid: its NSpid
+// line ends with tplPid.
+func (t *template) hostPid(tplPid int) (int, error) {
+	tp, err := t.proc.Pid()
+	if err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tp, tp))
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range strings.Fields(string(b)) {
+		st, err := os.ReadFile("/proc/" + f + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(st), "\n") {
+			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+				ids := strings.Fields(rest)
+				if len(ids) >= 2 && ids[len(ids)-1] == strconv.Itoa(tplPid) {
+					return strconv.Atoi(f)
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("zygote template %s: no child with pid %d", t.id, tplPid)
+}
+
+// onlyChild is the one child of host pid (I's: P, pid 1 of the sandbox).
+func onlyChild(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 1 {
+		return 0, fmt.Errorf("pid %d has %d children, want the sandbox's init", pid, len(f))
+	}
+	return strconv.Atoi(f[0])
+}
+
+// destroy kills the template and gives its ids back (children die with it).
+func (t *template) destroy() {
+	t.mu.Lock()
+	if t.gone {
+		t.mu.Unlock()
+		return
+	}
+	t.gone = true
+	t.retired = true
+	t.mu.Unlock()
+	t.rt.tmu.Lock()
+	t.rt.templates = slices.DeleteFunc(t.rt.templates, func(o *template) bool { return o == t })
+	t.rt.all = slices.DeleteFunc(t.rt.all, func(o *template) bool { return o == t })
+	t.rt.tmu.Unlock()
+	t.killChildren()
+	if t.c != nil {
+		if t.proc != nil {
+			_ = t.c.Signal(unix.SIGKILL)
+			select {
+			case <-t.exited:
+			case <-time.After(5 * time.Second):
+				t.rt.log.Warn("zygote template init not reaped 5s after SIGKILL", "template", t.id)
+			}
+		}
+		if err := t.c.Destroy(); err != nil {
+			t.rt.log.Warn("destroying zygote template (its host ids stay reserved)", "template", t.id, "err", err)
+			return
+		}
+	}
+	if t.ctl != nil {
+		t.ctl.Close()
+	}
+	for _, l := range t.leases {
+		var err error
+		if t.proc != nil && !t.alive() {
+			err = l.Release()
+		} else if _, err = l.ReleaseIfUnused(); err == nil {
+			continue
+		}
+		if err != nil {
+			t.rt.log.Warn("releasing zygote template ids", "template", t.id, "err", err)
+		}
+	}
+	t.rt.log.Debug("zygote template destroyed", "template", t.id)
+}
+
+// killChildren kills the children still alive and waits (bounded) until
+// the template has reported each one's exit: killing the template first
+// would leave the kernel to kill them all as its pid namespace goes, slowly.
+func (t *template) killChildren() {
+	t.mu.Lock()
+	kids := make([]*zchild, 0, len(t.kids))
+	for _, k := range t.kids {
+		kids = append(kids, k)
+	}
+	t.mu.Unlock()
+	deadline := time.After(5 * time.Second)
+	for _, k := range kids {
+		_ = k.kill(unix.SIGKILL)
+	}
+	for _, k := range kids {
+		select {
+		case <-k.s.exited:
+		case <-t.exited:
+			return
+		case <-deadline:
+			t.rt.log.Warn("children of a zygote template not reaped 5s after SIGKILL", "template", t.id)
+			return
+		}
+	}
+}
+
+// closeTemplates destroys every template (Runtime.Close, after the children).
+func (r *Runtime) closeTemplates() {
+	r.tmu.Lock()
+	all := slices.Clone(r.all)
+	r.tmu.Unlock()
+	for _, t := range all {
+		t.destroy()
+	}
+}
+
+// Child-side operations of Sandbox.
+
+func (k *zchild) kill(sig unix.Signal) error {
+	if sig != unix.SIGKILL {
+		return unix.Kill(k.initPid, sig)
+	}
+	// pid 1 first: the kernel then kills its whole pid namespace. What is
+	// left (I, or all of it before P was known) is killed by the cgroup's
+	// list until it is empty; nothing can leave the cgroup.
+	if k.initPid > 0 {
+		_ = unix.Kill(k.initPid, sig)
+	}
+	_ = unix.Kill(k.hostPid, sig)
+	if k.s.cgm == nil {
+		return nil
+	}
+	// A frozen process dies only once thawed (the pool pauses children).
+	_ = k.s.cgm.Freeze(occgroups.Thawed)
+	for range 100 {
+		pids, err := cgroupProcs(k.s.cgm)
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		for _, p := range pids {
+			_ = unix.Kill(p, sig)
+		}
+	}
+	return errors.New("processes remain in the cgroup after 100 rounds of SIGKILL")
+}
+
+// cgroupProcs lists the processes of a sandbox's cgroup (on v1, of its pids hierarchy).
+func cgroupProcs(m occgroups.Manager) ([]int, error) {
+	dir := m.Path("pids")
+	if occgroups.IsCgroup2UnifiedMode() {
+		dir = m.Path("")
+	}
+	return occgroups.GetPids(dir)
+}
+
+func (k *zchild) destroy() error {
+	s := k.s
+	if s.cgm != nil {
+		if err := s.cgm.Destroy(); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-s.exited:
+	default:
+		return errors.New("its init is not reaped")
+	}
+	k.tpl.release(k.slot)
+	return nil
+}

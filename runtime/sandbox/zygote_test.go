@@ -1,0 +1,380 @@
+package sandbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/runtime/idmap"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+)
+
+// zygoteSkip are the tests of this package that are about containers
+// alone (the agent's bytecode, the slim init, libcontainer's leftovers) or
+// about zygote mode already.
+const zygoteSkip = "^(TestAgentBytecode|TestAgentBytecodeUnusable|TestSlimInit|TestSlimInitUnusable|" +
+	"TestLeftoversFindsLeakedLease|TestCleanupAgents|TestOrphansRemoved|TestZygote.*)$"
+
+// TestZygoteMode runs this package's whole suite again with every sandbox a
+// zygote child (the tests' setup picks the runtime by modeEnv).
+func TestZygoteMode(t *testing.T) {
+	if os.Getenv(modeEnv) != "" {
+		return // the run below
+	}
+	args := []string{"-test.count=1", "-test.skip=" + zygoteSkip, "-test.v"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), modeEnv+"="+string(sandbox.ModeZygote))
+	out, err := cmd.CombinedOutput()
+	var passed []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "--- PASS: "); ok && !strings.Contains(name, "/") {
+			passed = append(passed, strings.Fields(name)[0])
+		}
+	}
+	if err != nil {
+		t.Fatalf("the suite in zygote mode: %v\n%s", err, out)
+	}
+	if len(passed) < 15 {
+		t.Fatalf("the suite in zygote mode passed only %d tests: %v\n%s", len(passed), passed, out)
+	}
+	t.Logf("zygote mode passed %d tests: %s", len(passed), strings.Join(passed, " "))
+}
+
+func startZygote(t testing.TB, rt *sandbox.Runtime, root string) *sandbox.Sandbox {
+	t.Helper()
+	sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Destroy(); err != nil {
+			t.Errorf("Destroy: %v", err)
+		}
+	})
+	return sb
+}
+
+func execOK(t testing.TB, sb *sandbox.Sandbox, code string) string {
+	t.Helper()
+	res, err := sb.Exec(context.Background(), code, sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("Exec: %v", err)
+	}
+	if !res.Success {
+		t.Fatalf("code failed: %+v", res.Error)
+	}
+	return strings.TrimSpace(res.Stdout)
+}
+
+func nsOf(t testing.TB, pid int) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, ns := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"} {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[ns] = l
+	}
+	return out
+}
+
+func ppid(t testing.TB, pid int) int {
+	t.Helper()
+	for _, line := range strings.Split(readFile(fmt.Sprintf("/proc/%d/status", pid)), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatalf("no PPid for %d", pid)
+	return 0
+}
+
+// TestZygoteChildIsolation: two children of one template have namespaces,
+// host uids and cgroups of their own; neither sees, signals or ptraces the
+// other or the template.
+func TestZygoteChildIsolation(t *testing.T) {
+	rt, root := testenv.ZygoteRuntime(t)
+	a, b := startZygote(t, rt, root), startZygote(t, rt, root)
+	tpl := ppid(t, ppid(t, a.Pid())) // a's pid 1 ← I ← the template
+	if ppid(t, ppid(t, b.Pid())) != tpl {
+		t.Fatalf("a and b are not children of one template")
+	}
+	na, nb, nt := nsOf(t, a.Pid()), nsOf(t, b.Pid()), nsOf(t, tpl)
+	for ns := range na {
+		if na[ns] == nb[ns] || na[ns] == nt[ns] {
+			t.Errorf("namespace %s shared: a %s, b %s, template %s", ns, na[ns], nb[ns], nt[ns])
+		}
+	}
+	if a.HostUID() == b.HostUID() || a.IDs().Overlaps(b.IDs()) {
+		t.Errorf("children share host ids: %s and %s", a.IDs(), b.IDs())
+	}
+	for _, sb := range []*sandbox.Sandbox{a, b} {
+		if uid, _ := procIDs(t, sb.Pid()); uid != sb.HostUID() {
+			t.Errorf("sandbox %s: pid 1 runs as host uid %d, want %d", sb.ID(), uid, sb.HostUID())
+		}
+	}
+	if own, _ := a.OwnsProcess(b.Pid()); own {
+		t.Errorf("a owns b's init")
+	}
+	if own, _ := a.OwnsProcess(tpl); own {
+		t.Errorf("a owns the template")
+	}
+	// Inside: only its own two processes, a cgroup root of its own, a fresh /proc.
+	got := execOK(t, a, `import os
+print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), open('/proc/self/cgroup').read().count(':/\n'))`)
+	if !strings.HasPrefix(got, "[1, 2") {
+		t.Errorf("processes a sees: %s, want only its own (1, 2, ...)", got)
+	}
+	// Neither ptrace nor process_vm_readv of the template (pid 1 of a is its own reaper).
+	got = execOK(t, a, `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.ptrace(16, 1, 0, 0)
+print(r, ctypes.get_errno())
+try:
+    os.kill(`+strconv.Itoa(tpl)+`, 0); print("template signalable")
+except ProcessLookupError:
+    print("no such process")
+except PermissionError:
+    print("refused")`)
+	if !strings.HasPrefix(got, "-1 1\n") || strings.Contains(got, "signalable") {
+		t.Errorf("ptrace/kill from a child: %q, want EPERM and no template", got)
+	}
+	// Nothing of the template's writable places is shared: what a writes, b does not see.
+	execOK(t, a, `for d in ('/dev/shm', '/tmp', '/workspace', '/dev/mqueue'):
+    open(d + '/from-a', 'w').write('x')`)
+	if got := execOK(t, b, `import os
+print([d for d in ('/dev/shm', '/tmp', '/workspace', '/dev/mqueue') if os.path.exists(d + '/from-a')])`); got != "[]" {
+		t.Errorf("b sees a's files in %s", got)
+	}
+	// kill(-1) reaches every process a may signal: none of b's, none of the template's.
+	_, _ = a.Exec(context.Background(), "import os, signal; os.kill(-1, signal.SIGKILL)", sandbox.ExecOptions{Timeout: 5 * time.Second})
+	if got := execOK(t, b, "print(6*7)"); got != "42" {
+		t.Errorf("b after a's kill(-1): %q", got)
+	}
+	c := startZygote(t, rt, root)
+	if ppid(t, ppid(t, c.Pid())) != tpl {
+		t.Errorf("a new child after a's kill(-1) came from another template")
+	}
+}
+
+// TestZygoteRNG: every generator a fork copies draws differently in two
+// children: random, numpy's global state (imported by the template) and
+// os.urandom.
+func TestZygoteRNG(t *testing.T) {
+	rt, _ := testenv.ZygoteRuntime(t)
+	root := testenv.DataRootfs(t)
+	draw := `import sys
+warm = 'numpy' in sys.modules
+import random, os, numpy
+print(warm, random.random(), random.getrandbits(64), numpy.random.rand(), numpy.random.randint(1 << 30), os.urandom(8).hex())`
+	a, b := startZygote(t, rt, root), startZygote(t, rt, root)
+	da, db := strings.Fields(execOK(t, a, draw)), strings.Fields(execOK(t, b, draw))
+	if da[0] != "True" {
+		t.Fatalf("numpy was not imported by the template: the test proves nothing")
+	}
+	for i, name := range []string{"", "random.random", "random.getrandbits", "numpy.random.rand", "numpy.random.randint", "os.urandom"} {
+		if i > 0 && da[i] == db[i] {
+			t.Errorf("%s drew %s in both children", name, da[i])
+		}
+	}
+}
+
+// TestZygoteRecycle: a template is retired after its forks and a new one
+// made; the retired one is gone once its last child is.
+func TestZygoteRecycle(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
+		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Forks: 3, Slots: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	var tpls []int
+	for i := 0; i < 4; i++ {
+		sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
+		if err != nil {
+			t.Fatalf("Start %d: %v", i, err)
+		}
+		tpls = append(tpls, ppid(t, ppid(t, sb.Pid())))
+		execOK(t, sb, "pass")
+		if err := sb.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tpls[0] != tpls[2] || tpls[2] == tpls[3] {
+		t.Errorf("templates of the four children: %v, want the first three from one, the fourth from another", tpls)
+	}
+	if st := rt.ZygoteStats(); st.Templates != 2 || st.Retired != 1 || st.Forks != 4 {
+		t.Errorf("stats %+v, want 2 templates, 1 retired, 4 forks", st)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", tpls[0])); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("retired template %d still running", tpls[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// zygoteChildrenEnv sets how many children TestZygoteManyChildren makes
+// (test/stress's long form: 10000).
+const zygoteChildrenEnv = "FORGE_TEST_ZYGOTE_CHILDREN"
+
+// TestZygoteManyChildren makes many children at concurrency 8, each running
+// code, and checks that nothing is left: cgroups, host id leases,
+// processes, live sandboxes.
+func TestZygoteManyChildren(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	n := 200
+	if testing.Short() {
+		n = 40
+	}
+	if v := os.Getenv(zygoteChildrenEnv); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("%s=%q: %v", zygoteChildrenEnv, v, err)
+		}
+	}
+	before, tplsBefore := liveLeases(t), templateCgroups()
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
+		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Forks: 500, Slots: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		ids   []string
+		errs  []error
+		work  = make(chan int)
+		wg    sync.WaitGroup
+		start = time.Now()
+	)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
+				if err == nil {
+					var res string
+					r, xerr := sb.Exec(context.Background(), fmt.Sprintf("print(%d)", i), sandbox.ExecOptions{Timeout: 30 * time.Second})
+					if xerr == nil {
+						res = strings.TrimSpace(r.Stdout)
+					}
+					if res != strconv.Itoa(i) {
+						err = fmt.Errorf("child %d printed %q (%v)", i, res, xerr)
+					}
+					mu.Lock()
+					ids = append(ids, sb.ID())
+					mu.Unlock()
+					if derr := sb.Destroy(); err == nil {
+						err = derr
+					}
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	t.Logf("%d children at concurrency 8 in %s; stats %+v", n, time.Since(start), rt.ZygoteStats())
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d children failed, first: %v", len(errs), n, errs[0])
+	}
+	if live := rt.Live(); live != 0 {
+		t.Errorf("%d sandboxes live after all were destroyed", live)
+	}
+	if err := rt.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	for _, id := range ids {
+		if _, err := os.Stat("/sys/fs/cgroup/pids/forge/" + id); err == nil {
+			t.Errorf("cgroup of child %s left", id)
+		}
+	}
+	if after := liveLeases(t); len(after) > len(before) {
+		t.Errorf("host id leases of this process: %d before, %d after: %v", len(before), len(after), after)
+	}
+	if tpls := templateCgroups(); len(tpls) > len(tplsBefore) {
+		t.Errorf("template cgroups: %v before, %v after", tplsBefore, tpls)
+	}
+}
+
+func liveLeases(t testing.TB) []string {
+	t.Helper()
+	leases, err := idmap.Leases(testutil.StateDirPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range leases {
+		if l.Live && l.Pid == os.Getpid() {
+			out = append(out, l.Range.String())
+		}
+	}
+	return out
+}
+
+func templateCgroups() []string {
+	m, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/pids/forge/%d-*-z", os.Getpid()))
+	return m
+}
+
+// TestZygoteTemplateKilled: a template killed from outside takes its
+// children with it (they report it) and the next sandbox comes from a new one.
+func TestZygoteTemplateKilled(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
+		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Slots: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	a := startZygote(t, rt, root)
+	tpl := ppid(t, ppid(t, a.Pid()))
+	if err := syscall.Kill(tpl, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Alive() {
+		if time.Now().After(deadline) {
+			t.Fatal("the child lives on after its template was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a.DeathReason() == "" {
+		t.Errorf("no death reason for a child whose template was killed")
+	}
+	b := startZygote(t, rt, root)
+	if got := execOK(t, b, "print(6*7)"); got != "42" {
+		t.Errorf("b: %q", got)
+	}
+	if ppid(t, ppid(t, b.Pid())) == tpl {
+		t.Errorf("b came from the killed template")
+	}
+}
