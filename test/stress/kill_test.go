@@ -75,8 +75,10 @@ func TestKilledServe(t *testing.T) {
 		t.Fatal("forge serve was killed mid-run but left nothing behind; the test cannot tell whether a restart cleans up")
 	}
 
-	// 3. The restart.
+	// 3. The restart. initialize is answered before the engine opens (fast
+	// connect); a tool call waits for it, and opening it cleans up.
 	c := startServe(t, state, config)
+	statuses := listSessions(t, c)
 	if err := testenv.LeftoversOf(state, b.pid()); err != nil {
 		t.Errorf("after the restart, the killed process's orphans remain: %v", err)
 	}
@@ -87,7 +89,6 @@ func TestKilledServe(t *testing.T) {
 			}
 		}
 	}
-	statuses := listSessions(t, c)
 	if got := statuses[live]; got != "lost" {
 		t.Errorf("list_sessions: session live at the kill has status %q, want lost (all: %v)", got, statuses)
 	}
