@@ -368,7 +368,15 @@ except OSError as e:
 
 func TestStaticReaperIsPid1(t *testing.T) {
 	testutil.Require(t, kernel.Reaper() != nil, "forge built without the static reaper (make build compiles it)")
-	r := run(t, "open('/proc/1/cmdline').read().split('\\0')[0]", 10*time.Second, defaultLimits)
+	// Pid 1 execs the reaper while the agent already serves (a zygote child
+	// gets there in a few ms, before the exec may have finished): poll.
+	r := run(t, `import time
+for _ in range(300):
+    c = open('/proc/1/cmdline').read().split('\0')[0]
+    if c == '/opt/forge/agent/reaper':
+        break
+    time.sleep(0.01)
+c`, 10*time.Second, defaultLimits)
 	if r.Result != "/opt/forge/agent/reaper" {
 		t.Errorf("pid 1 is %v, want the static reaper", r.Result)
 	}

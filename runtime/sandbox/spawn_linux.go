@@ -28,6 +28,12 @@ func (s *Sandbox) Spawn(args []string, env []string) (*Proc, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("spawn: no command: %w", ErrInvalidConfig)
 	}
+	if s.child != nil {
+		// A zygote child has no libcontainer container to run a process in;
+		// sandboxes that spawn (sandboxed mcp_tools servers) have a bridge
+		// directory, which keeps them containers.
+		return nil, fmt.Errorf("spawn: sandbox %s is a zygote child, which runs only its agent: %w", s.id, ErrInvalidConfig)
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
