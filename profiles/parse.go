@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mcp-forge/forge/internal/rootless"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -28,7 +27,12 @@ const maxNodes = 100_000
 // the file at path (none when path is ""), overlaid by FORGE_* environment
 // variables, with state_dir derived when unset, and validated. ${VAR}
 // references in the file are resolved from the process environment.
-func Load(path string) (*Config, error) {
+func Load(path string) (*Config, error) { return LoadFor(path, os.Geteuid()) }
+
+// LoadFor is Load for the user uid: its state_dir default is root's or that
+// user's. Rootless forge passes the real user's uid (it runs as root of its
+// own user namespace), which profiles, pure data, does not look up itself.
+func LoadFor(path string, uid int) (*Config, error) {
 	c := Default()
 	if path != "" {
 		data, err := os.ReadFile(path)
@@ -43,7 +47,7 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("config from environment:\n%w", err)
 	}
 	if c.StateDir == "" {
-		c.StateDir = DefaultStateDir(rootless.UID(), os.Getenv)
+		c.StateDir = DefaultStateDir(uid, os.Getenv)
 		if c.StateDir == "" {
 			return nil, &FieldError{Path: "state_dir", Err: errors.New("cannot be derived: neither XDG_STATE_HOME nor HOME is set; set state_dir or FORGE_STATE_DIR")}
 		}

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/profiles"
 )
 
@@ -162,7 +163,7 @@ func exitCode(stderr io.Writer, err error) int {
 // loadConfig reads the configuration (file, FORGE_* environment, defaults)
 // and applies --state-dir.
 func (g *globals) loadConfig() (*profiles.Config, error) {
-	cfg, err := profiles.Load(g.config)
+	cfg, err := profiles.LoadFor(g.config, rootless.UID())
 	if err != nil {
 		return nil, usageError{err}
 	}
