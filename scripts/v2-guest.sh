@@ -30,8 +30,11 @@ run=${V2_RUN:-.}            # -test.run of the sandbox tests
 # their wall-time bounds (an ending noticed within half the time limit, a 1 s
 # timeout within 2 s, 65536 files within 60 s); what they check of cgroups is
 # also in TestOOMKilled, TestCaughtPidsLimitIsNoError and
-# TestParentCgroupLimits. V2_SKIP= runs them too.
-tcg_skip='^(TestRunEndings|TestTimeout|TestForkBombContained|TestWorkspaceInodesCapped)$'
+# TestParentCgroupLimits. V2_SKIP= runs them too. The zygote tests are left
+# out too: TestZygoteMode reruns the whole suite, which under TCG would double
+# the guest's time (zygote mode on cgroup v2 is not covered yet; V2_SKIP=
+# runs it).
+tcg_skip='^(TestRunEndings|TestTimeout|TestForkBombContained|TestWorkspaceInodesCapped|TestZygote.*)$'
 timeout_min=${V2_TIMEOUT_MIN:-25}
 
 log() { printf 'v2-guest: %s\n' "$*" >&2; }

@@ -99,7 +99,8 @@ test("a matplotlib plot in the data image comes back as an image", async () => {
 test("resources: list and read", async () => {
   const { resources } = await client.listResources();
   const uris = resources.map((r) => r.uri).sort();
-  assert.deepEqual(uris, ["forge://environment/info", "forge://environments/list", "forge://tools/available"]);
+  // ui://forge/result.html is the MCP App that renders execute_python results.
+  assert.deepEqual(uris, ["forge://environment/info", "forge://environments/list", "forge://tools/available", "ui://forge/result.html"]);
   const info = JSON.parse((await client.readResource({ uri: "forge://environment/info" })).contents[0].text);
   assert.equal(info.default_image.present, true);
   assert.ok(info.limits.max_timeout_s > 0);
