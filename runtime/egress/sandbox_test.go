@@ -425,9 +425,11 @@ print(json.dumps(r))
 		t.Errorf("a third concurrent connection with MaxTunnels 2: %v", r["third"])
 	}
 	// 403 (the port is not allowed), or 503 while the handlers of the
-	// connections before have not ended yet (MaxTunnels 2): both denials.
+	// connections before have not ended yet (MaxTunnels 2), or no answer at
+	// all when the proxy closes a connection it is still tearing down the
+	// slot of (seen under load): all denials, nothing went through.
 	for _, a := range r["denied"].([]any) {
-		if a != "HTTP/1.1 403 Forbidden" && a != "HTTP/1.1 503 Service Unavailable" {
+		if a != "HTTP/1.1 403 Forbidden" && a != "HTTP/1.1 503 Service Unavailable" && a != "" {
 			t.Errorf("denied flood answers: %v", r["denied"])
 		}
 	}

@@ -335,8 +335,11 @@ func (m *Manager) lock(ctx context.Context, dir, id string) (*os.File, error) {
 			f.Close()
 			return nil, err
 		}
+		// Hibernating: another process is saving it. Hibernated with the
+		// lock still held: it has just written so and is about to let go.
+		// Either way, wait for the lock (bounded); anything else is busy.
 		meta, _ := readMeta(dir)
-		if meta == nil || meta.Status != Hibernating || time.Now().After(deadline) {
+		if meta == nil || (meta.Status != Hibernating && meta.Status != Hibernated) || time.Now().After(deadline) {
 			f.Close()
 			pid := 0
 			if meta != nil {
