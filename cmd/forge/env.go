@@ -121,6 +121,25 @@ func envError(err error) error {
 	return err
 }
 
+// openBuilder opens the image store and the environment builder of the
+// configuration, without a sandbox runtime: ls, show and rm start none.
+func (g *globals) openBuilder(ctx context.Context) (*build.Builder, func(), error) {
+	cfg, err := g.loadConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := g.openStoreFor(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := build.New(build.Options{Store: st, Config: cfg, Audit: audit.Discard(), Logger: g.log})
+	if err != nil {
+		st.Close()
+		return nil, nil, usageError{err}
+	}
+	return b, func() { st.Close() }, nil
+}
+
 func envLs(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("env ls", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -128,19 +147,11 @@ func envLs(ctx context.Context, g *globals, args []string) error {
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return usagef("env ls: takes only --json\n\n%s", envUsage)
 	}
-	st, err := g.openStore(ctx)
+	b, done, err := g.openBuilder(ctx)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	cfg, err := g.loadConfig()
-	if err != nil {
-		return err
-	}
-	b, err := build.New(build.Options{Store: st, Config: cfg, Audit: audit.Discard(), Logger: g.log})
-	if err != nil {
-		return usageError{err}
-	}
+	defer done()
 	list, err := b.List(ctx, engine.LocalPrincipal.Tenant)
 	if err != nil {
 		return err
@@ -172,19 +183,11 @@ func envShow(ctx context.Context, g *globals, args []string) error {
 	if len(args) != 1 {
 		return usagef("env show: takes one NAME\n\n%s", envUsage)
 	}
-	st, err := g.openStore(ctx)
+	b, done, err := g.openBuilder(ctx)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	cfg, err := g.loadConfig()
-	if err != nil {
-		return err
-	}
-	b, err := build.New(build.Options{Store: st, Config: cfg, Audit: audit.Discard(), Logger: g.log})
-	if err != nil {
-		return usageError{err}
-	}
+	defer done()
 	env, err := b.Get(ctx, engine.LocalPrincipal.Tenant, args[0])
 	if err != nil {
 		if errors.Is(err, build.ErrNotFound) || errors.Is(err, build.ErrInvalid) {
@@ -201,19 +204,11 @@ func envRm(ctx context.Context, g *globals, args []string) error {
 	if len(args) != 1 {
 		return usagef("env rm: takes one NAME\n\n%s", envUsage)
 	}
-	st, err := g.openStore(ctx)
+	b, done, err := g.openBuilder(ctx)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	cfg, err := g.loadConfig()
-	if err != nil {
-		return err
-	}
-	b, err := build.New(build.Options{Store: st, Config: cfg, Audit: audit.Discard(), Logger: g.log})
-	if err != nil {
-		return usageError{err}
-	}
+	defer done()
 	if err := b.Remove(ctx, engine.LocalPrincipal.Tenant, args[0]); err != nil {
 		if errors.Is(err, build.ErrNotFound) || errors.Is(err, build.ErrInvalid) || errors.Is(err, build.ErrInUse) {
 			return usageError{err}

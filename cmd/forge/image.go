@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 )
 
@@ -50,6 +51,11 @@ func (g *globals) openStore(ctx context.Context) (*rootfs.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	return g.openStoreFor(ctx, cfg)
+}
+
+// openStoreFor opens the image store of configuration cfg.
+func (g *globals) openStoreFor(ctx context.Context, cfg *profiles.Config) (*rootfs.Store, error) {
 	return rootfs.Open(ctx, rootfs.Options{StateDir: cfg.StateDir, Progress: g.stderr, Logger: g.log})
 }
 
