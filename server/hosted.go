@@ -26,31 +26,23 @@ type hostedEntry struct {
 	names []string
 }
 
-// AttachHosted lists h's tools beside forge's own. A name that collides
-// with one of forge's tools or another hosted tool is an error naming both;
-// so is it at a reload, which then keeps the previous table.
+// AttachHosted lists h's tools beside forge's own, for every principal
+// (the file of forge serve --tools). A name that collides with one of
+// forge's tools, another hosted tool or a tool some principal saved is an
+// error naming both; so is it at a reload, which then keeps the previous
+// table.
 func (s *Server) AttachHosted(h *hosted.Host) error {
 	s.hostedMu.Lock()
 	defer s.hostedMu.Unlock()
-	if s.own == nil {
-		s.own = map[string]bool{}
-		for name := range s.mcp.ListTools() {
-			s.own[name] = true
-		}
-		s.own[toolSaveTool], s.own[toolRemoveTool] = true, true
-	}
 	e := &hostedEntry{h: h}
 	check := func(tools []hosted.Tool) error {
+		if err := s.collisionLocked(h, e, tools); err != nil {
+			return err
+		}
 		for _, t := range tools {
-			if s.own[t.Name] {
-				return fmt.Errorf("%w: the hosted tool %q (%s) has the name of forge's own tool %q; rename it with @tool(name=...)",
-					hosted.ErrCollision, t.Name, h.Path(), t.Name)
-			}
-			for _, o := range s.hosts {
-				if o != e && slices.Contains(o.names, t.Name) {
-					return fmt.Errorf("%w: the hosted tool %q (%s) has the name of the hosted tool %q (%s)",
-						hosted.ErrCollision, t.Name, h.Path(), t.Name, o.h.Path())
-				}
+			if s.savedRefs[t.Name] > 0 {
+				return fmt.Errorf("%w: the hosted tool %q (%s) has the name of a tool saved with save_tool; rename one of them",
+					hosted.ErrCollision, t.Name, h.Path())
 			}
 		}
 		return nil
@@ -70,23 +62,59 @@ func (s *Server) AttachHosted(h *hosted.Host) error {
 		defer s.hostedMu.Unlock()
 		e.names = s.addHosted(e.names, h.Tools())
 	})
-	if !s.hostedResource {
-		s.hostedResource = true
-		s.mcp.AddResource(mcp.NewResource(resourceHostedTools, "Hosted tools",
-			mcp.WithResourceDescription("The hosted tools (forge_tools functions run in sandboxes) and the saved tools of this principal: name, description, schemas, timeout, memory, persistent."),
-			mcp.WithMIMEType("application/json")), s.readHostedTools)
+	s.addHostedResourceLocked()
+	return nil
+}
+
+// collisionLocked refuses tools of h (entry e) whose names are forge's own
+// or another global hosted tool's.
+func (s *Server) collisionLocked(h *hosted.Host, e *hostedEntry, tools []hosted.Tool) error {
+	if s.own == nil {
+		s.own = map[string]bool{}
+		for name := range s.mcp.ListTools() {
+			if s.savedRefs[name] == 0 {
+				s.own[name] = true
+			}
+		}
+		s.own[toolSaveTool], s.own[toolRemoveTool] = true, true
+	}
+	for _, t := range tools {
+		if s.own[t.Name] {
+			return fmt.Errorf("%w: the hosted tool %q (%s) has the name of forge's own tool %q; rename it with @tool(name=...)",
+				hosted.ErrCollision, t.Name, h.Path(), t.Name)
+		}
+		for _, o := range s.hosts {
+			if o != e && slices.Contains(o.names, t.Name) {
+				return fmt.Errorf("%w: the hosted tool %q (%s) has the name of the hosted tool %q (%s)",
+					hosted.ErrCollision, t.Name, h.Path(), t.Name, o.h.Path())
+			}
+		}
 	}
 	return nil
 }
 
-// hostOf is the Host serving tool name, nil if none.
-func (s *Server) hostOf(name string) *hosted.Host {
+func (s *Server) addHostedResourceLocked() {
+	if s.hostedResource {
+		return
+	}
+	s.hostedResource = true
+	s.mcp.AddResource(mcp.NewResource(resourceHostedTools, "Hosted tools",
+		mcp.WithResourceDescription("The hosted tools (forge_tools functions run in sandboxes) and the saved tools of this principal: name, description, schemas, timeout, memory, persistent."),
+		mcp.WithMIMEType("application/json")), s.readHostedTools)
+}
+
+// hostOf is the Host serving tool name to the principal in ctx: a global
+// hosted tool or one the principal saved; nil if none.
+func (s *Server) hostOf(ctx context.Context, name string) *hosted.Host {
 	s.hostedMu.Lock()
 	defer s.hostedMu.Unlock()
 	for _, e := range s.hosts {
 		if e.h.Has(name) {
 			return e.h
 		}
+	}
+	if e := s.saved[s.principal(ctx).Tenant]; e != nil && e.h.Has(name) {
+		return e.h
 	}
 	return nil
 }
@@ -97,14 +125,7 @@ func (s *Server) addHosted(old []string, tools []hosted.Tool) []string {
 	names := make([]string, 0, len(tools))
 	entries := make([]mcpserver.ServerTool, 0, len(tools))
 	for _, t := range tools {
-		mt := mcp.NewToolWithRawSchema(t.Name, t.Description, t.InputSchema)
-		if len(t.OutputSchema) > 0 {
-			mt.RawOutputSchema = t.OutputSchema
-		}
-		name := t.Name
-		entries = append(entries, mcpserver.ServerTool{Tool: mt, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return s.handleHosted(ctx, name, req)
-		}})
+		entries = append(entries, mcpserver.ServerTool{Tool: mcpTool(t), Handler: s.hostedHandler(t.Name)})
 		names = append(names, t.Name)
 	}
 	var gone []string
@@ -122,14 +143,40 @@ func (s *Server) addHosted(old []string, tools []hosted.Tool) []string {
 	return names
 }
 
+// mcpTool is hosted tool t as tools/list shows it.
+func mcpTool(t hosted.Tool) mcp.Tool {
+	mt := mcp.NewToolWithRawSchema(t.Name, t.Description, t.InputSchema)
+	if len(t.OutputSchema) > 0 {
+		mt.RawOutputSchema = t.OutputSchema
+	}
+	return mt
+}
+
+func (s *Server) hostedHandler(name string) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return s.handleHosted(ctx, name, req)
+	}
+}
+
 // hostedPrecheck answers a tools/call of a hosted tool whose arguments break
 // its inputSchema with invalid params (-32602), naming the field path.
-func (s *Server) hostedPrecheck(msg message) mcp.JSONRPCMessage {
-	if msg.kind != kindRequest || msg.method != string(mcp.MethodToolsCall) {
+// It also opens the caller's saved tools first (see openSaved), so that
+// mcp-go finds them in this request.
+func (s *Server) hostedPrecheck(ctx context.Context, msg message) mcp.JSONRPCMessage {
+	if msg.kind != kindRequest {
+		return nil
+	}
+	switch msg.method {
+	case string(mcp.MethodToolsList), string(mcp.MethodResourcesRead):
+		s.openSaved(ctx, s.principal(ctx))
+		return nil
+	case string(mcp.MethodToolsCall):
+		s.openSaved(ctx, s.principal(ctx))
+	default:
 		return nil
 	}
 	s.hostedMu.Lock()
-	none := len(s.hosts) == 0
+	none := len(s.hosts) == 0 && len(s.saved) == 0
 	s.hostedMu.Unlock()
 	if none {
 		return nil
@@ -141,7 +188,7 @@ func (s *Server) hostedPrecheck(msg message) mcp.JSONRPCMessage {
 	if json.Unmarshal(msg.params, &p) != nil {
 		return nil
 	}
-	h := s.hostOf(p.Name)
+	h := s.hostOf(ctx, p.Name)
 	if h == nil {
 		return nil
 	}
@@ -165,7 +212,7 @@ func (s *Server) handleHosted(ctx context.Context, name string, req mcp.CallTool
 			return nil, err
 		}
 	}
-	h := s.hostOf(name)
+	h := s.hostOf(ctx, name)
 	if h == nil {
 		return mcp.NewToolResultError(fmt.Sprintf("the hosted tool %q is no longer served (see forge://tools/hosted)", name)), nil
 	}
@@ -201,8 +248,12 @@ func (s *Server) readHostedTools(ctx context.Context, req mcp.ReadResourceReques
 		Source       string          `json:"source"`
 	}
 	out := []entry{}
+	p := s.principal(ctx)
 	s.hostedMu.Lock()
 	hosts := slices.Clone(s.hosts)
+	if e := s.saved[p.Tenant]; e != nil {
+		hosts = append(hosts, &e.hostedEntry)
+	}
 	s.hostedMu.Unlock()
 	for _, e := range hosts {
 		for _, t := range e.h.Tools() {
@@ -211,7 +262,7 @@ func (s *Server) readHostedTools(ctx context.Context, req mcp.ReadResourceReques
 	}
 	doc := map[string]any{"tools": out}
 	if s.saver != nil {
-		doc["saved"] = s.saver.List(s.principal(ctx))
+		doc["saved"] = s.saver.List(p)
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {

@@ -236,7 +236,7 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 		if reply == nil {
 			var ctx context.Context
 			ctx, reply = precheck(r.Context(), msg)
-			if hr := s.hostedPrecheck(msg); hr != nil {
+			if hr := s.hostedPrecheck(ctx, msg); hr != nil {
 				reply = hr
 			}
 			r = r.WithContext(ctx)

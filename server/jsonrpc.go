@@ -143,6 +143,9 @@ type decodedArgsKey struct{}
 // along in the returned context, so that the handler does not decode it
 // again.
 func precheck(ctx context.Context, msg message) (context.Context, mcp.JSONRPCMessage) {
+	if msg.kind == kindRequest && msg.method == string(mcp.MethodToolsList) {
+		return context.WithValue(ctx, listingKey{}, true), nil
+	}
 	if msg.kind != kindRequest || msg.method != string(mcp.MethodToolsCall) {
 		return ctx, nil
 	}

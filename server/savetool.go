@@ -18,20 +18,22 @@ const (
 )
 
 // AttachSaver lists save_tool and remove_tool (unless hosted_tools.save_tool
-// is refuse) and the saved tools the server's principal already has. The
-// saver's Attach option must call AttachHosted.
+// is refuse) and the saved tools the server's principal already has; other
+// principals' are served at their first request (see openSaved). It makes
+// the server the saver's Attach.
 func (s *Server) AttachSaver(ctx context.Context, sv *hosted.Saver) error {
 	policy := s.cfg.HostedTools.SaveTool
 	if policy == "refuse" {
 		return nil
 	}
+	sv.SetAttach(s.attachSaved)
 	s.hostedMu.Lock()
 	s.saver = sv
 	s.hostedMu.Unlock()
 	if h, err := sv.Open(ctx, s.principal(ctx)); err != nil {
 		return fmt.Errorf("saved tools: %w", err)
 	} else if h != nil {
-		if err := s.AttachHosted(h); err != nil {
+		if err := s.attachSaved(s.principal(ctx), h); err != nil {
 			return fmt.Errorf("saved tools: %w", err)
 		}
 	}
@@ -54,13 +56,9 @@ func (s *Server) AttachSaver(ctx context.Context, sv *hosted.Saver) error {
 			"properties": map[string]any{"name": str("The saved tool's name.")}}))
 	s.mcp.AddTool(save, s.handleSaveTool)
 	s.mcp.AddTool(remove, s.handleRemoveTool)
-	if !s.hostedResource {
-		s.hostedMu.Lock()
-		s.hostedResource = true
-		s.hostedMu.Unlock()
-		s.mcp.AddResource(mcp.NewResource(resourceHostedTools, "Hosted tools",
-			mcp.WithResourceDescription("The hosted tools and the saved tools of this principal."), mcp.WithMIMEType("application/json")), s.readHostedTools)
-	}
+	s.hostedMu.Lock()
+	s.addHostedResourceLocked()
+	s.hostedMu.Unlock()
 	return nil
 }
 

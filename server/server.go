@@ -118,13 +118,17 @@ type Server struct {
 	// active counts tool calls in flight.
 	active sync.WaitGroup
 
-	// Hosted tools (server/hosted.go): the Hosts listed, forge's own tool
-	// names (for collisions), and save_tool's store.
+	// Hosted tools (server/hosted.go): the Hosts listed for everybody,
+	// forge's own tool names (for collisions), save_tool's store, and the
+	// saved tools (server/saved.go) by principal, with how many principals
+	// have a saved tool of each name.
 	hostedMu       sync.Mutex
 	hosts          []*hostedEntry
 	own            map[string]bool
 	hostedResource bool
 	saver          *hosted.Saver
+	saved          map[string]*savedEntry
+	savedRefs      map[string]int
 	// answered is closed once the first reply went out (see Answered).
 	answered     chan struct{}
 	answeredOnce sync.Once
@@ -161,6 +165,10 @@ func New(eng Engine, opts Options) *Server {
 		mcpserver.WithToolHandlerMiddleware(s.readyTools),
 		mcpserver.WithResourceHandlerMiddleware(s.resourceGate),
 		mcpserver.WithResourceHandlerMiddleware(s.readyResources),
+		// Saved tools are their principal's (both lists and calls); a
+		// token sees in tools/list only the tools its scopes allow.
+		mcpserver.WithToolFilter(s.savedFilter),
+		mcpserver.WithToolFilter(scopeFilter),
 	)
 	s.tool = executeTool(s.cfg)
 	s.mcp.AddTool(s.tool, s.handleExecute)
@@ -191,7 +199,7 @@ func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessa
 
 // handle answers a message checkMessage passed.
 func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRPCMessage {
-	if reply := s.hostedPrecheck(msg); reply != nil {
+	if reply := s.hostedPrecheck(ctx, msg); reply != nil {
 		return reply
 	}
 	ctx, reply := precheck(ctx, msg)

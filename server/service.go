@@ -139,12 +139,33 @@ func toolScope(name string) string {
 	switch name {
 	case toolExecute:
 		return profiles.ScopeExecute
-	case toolDocumentState, toolListSessions, toolDestroySession, toolWriteFile, toolReadFile, toolListFiles:
+	case toolDocumentState, toolListSessions, toolDestroySession, toolForkSession, toolWriteFile, toolReadFile, toolListFiles:
 		return profiles.ScopeSessions
 	case "build_custom_environment":
 		return profiles.ScopeEnvironments
 	}
 	return profiles.ScopeTools // hosted and other tools
+}
+
+// listingKey marks the context of a tools/list request (see precheck).
+type listingKey struct{}
+
+// scopeFilter (an mcp-go tool filter) hides from tools/list the tools whose
+// scope the caller's token lacks. Calls are not filtered: a call of such a
+// tool gets toolGate's error, which names the scope missing, rather than
+// "not found".
+func scopeFilter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	id, ok := auth.FromContext(ctx)
+	if listing, _ := ctx.Value(listingKey{}).(bool); !ok || !listing {
+		return tools
+	}
+	out := make([]mcp.Tool, 0, len(tools))
+	for _, t := range tools {
+		if id.Has(toolScope(t.Name)) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // toolGate refuses MCP tool calls whose token lacks the tool's scope, and

@@ -52,12 +52,19 @@ type service struct {
 
 func serveService(t *testing.T, limits profiles.TenantsConfig) *service {
 	t.Helper()
-	eng := realEngine(t)
+	return serveServiceOn(t, realEngine(t), limits, nil)
+}
+
+// serveServiceOn serves eng; setup, if any, runs on the server before it
+// listens.
+func serveServiceOn(t *testing.T, eng Engine, limits profiles.TenantsConfig, setup func(*Server)) *service {
+	t.Helper()
 	store := auth.OpenStore(t.TempDir())
 	sv := &service{tokens: map[string]string{}}
 	for tenant, scopes := range map[string][]string{
 		"alice": {"execute", "sessions"}, "bob": {"execute", "sessions"}, "reader": {"tools"},
 		"ops": {"admin"}, "limited": {"execute"},
+		"dave": {"execute", "sessions", "tools"}, "erin": {"execute", "sessions", "tools"},
 	} {
 		tok, _, err := store.Create(tenant, scopes)
 		if err != nil {
@@ -72,10 +79,15 @@ func serveService(t *testing.T, limits profiles.TenantsConfig) *service {
 		t.Fatal(err)
 	}
 	met := metrics.New()
-	met.SetSource(eng)
+	if src, ok := eng.(metrics.Source); ok {
+		met.SetSource(src)
+	}
 	testObserver.to.Store(met)
 	t.Cleanup(func() { testObserver.to.Store(nil) })
 	s := New(eng, Options{Auth: authn, Tenants: tenant.New(limits), Metrics: met.Handler(), OnLimited: met.Limited, Version: "test"})
+	if setup != nil {
+		setup(s)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

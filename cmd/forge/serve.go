@@ -142,8 +142,9 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		}
 		opened <- eng
 		if cfg.HostedTools.SaveTool != "refuse" {
-			saver = hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir, Logger: g.log,
-				Attach: func(_ engine.Principal, h *hosted.Host) error { return srv.AttachHosted(h) }})
+			// AttachSaver makes srv the saver's Attach: saved tools are
+			// their principal's, not in the list every client sees.
+			saver = hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir, Logger: g.log})
 			if err := srv.AttachSaver(ctx, saver); err != nil {
 				saver.Close()
 				_ = eng.Close(0)

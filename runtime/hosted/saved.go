@@ -83,6 +83,14 @@ func (s *Saver) pdir(p engine.Principal) string {
 	return filepath.Join(s.dir, hex.EncodeToString(h[:8]), "saved_tools")
 }
 
+// SetAttach replaces SaverOptions.Attach (the face that serves the Hosts
+// sets it when it takes the saver).
+func (s *Saver) SetAttach(attach func(p engine.Principal, h *Host) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.Attach = attach
+}
+
 // List is p's saved tools.
 func (s *Saver) List(p engine.Principal) []SavedTool {
 	s.mu.Lock()

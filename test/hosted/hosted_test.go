@@ -223,8 +223,7 @@ func contains(list []string, s string) bool {
 func TestSaveToolOverStdio(t *testing.T) {
 	eng := testenv.Engine(t, false, func(c *profiles.Config) { c.HostedTools.SaveTool = "allow"; c.HostedTools.PoolSize = 0 })
 	srv := server.New(eng, server.Options{Principal: engine.Principal{Tenant: "tenant:save-stdio"}})
-	sv := hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: eng.Config().HostedTools, StateDir: eng.Config().StateDir,
-		Attach: func(_ engine.Principal, h *hosted.Host) error { return srv.AttachHosted(h) }})
+	sv := hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: eng.Config().HostedTools, StateDir: eng.Config().StateDir})
 	t.Cleanup(sv.Close)
 	if err := srv.AttachSaver(context.Background(), sv); err != nil {
 		t.Fatal(err)
