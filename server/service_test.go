@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -21,8 +23,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/server/auth"
 	"github.com/mcp-forge/forge/server/metrics"
 	"github.com/mcp-forge/forge/server/rest"
@@ -497,10 +501,96 @@ func TestMetricsScrape(t *testing.T) {
 	if !found {
 		t.Errorf("no ok stateless execution of tenant alice in %v", execs)
 	}
-	for _, name := range []string{"forge_execution_duration_seconds", "forge_pool_ready", "forge_pool_misses_total", "forge_sessions_live"} {
+	for _, name := range []string{"forge_execution_duration_seconds", "forge_pool_ready", "forge_pool_misses_total"} {
 		if fams[name] == nil {
 			t.Errorf("no %s in the scrape", name)
 		}
+	}
+}
+
+// sessionGauges scrapes /metrics (parsed by Prometheus's text parser) for
+// tenant's forge_sessions_live and forge_sessions_hibernated.
+func sessionGauges(t *testing.T, sv *service, tenant string) (live, hibernated float64) {
+	t.Helper()
+	r := sv.do(t, "GET", "/metrics", "ops", nil)
+	if r.status != 200 {
+		t.Fatalf("metrics: %d %s", r.status, r.body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("parsing the scrape: %v", err)
+	}
+	value := func(name string) float64 {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "tenant" && l.GetValue() == tenant {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	return value("forge_sessions_live"), value("forge_sessions_hibernated")
+}
+
+// TestMetricsHibernatedSessions: a session that hibernates moves from the
+// tenant's live gauge to its hibernated one, and leaves it when destroyed.
+func TestMetricsHibernatedSessions(t *testing.T) {
+	// Its own engine, whose sessions hibernate after 300 ms idle; not
+	// testenv.Engine, whose check for leftovers of this process would count
+	// the shared engine's sandboxes.
+	realEngine(t) // the images are in the store
+	cfg := profiles.Default()
+	cfg.StateDir = testutil.StateDir(t)
+	cfg.Pool.Enabled = false
+	cfg.Sessions.IdleTimeout = profiles.Duration(300 * time.Millisecond)
+	cfg.Sessions.Persist = true
+	eng, err := engine.New(t.Context(), engine.Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := eng.Close(5 * time.Second); err != nil {
+			t.Errorf("engine.Close: %v", err)
+		}
+	})
+	sv := serveServiceOn(t, eng, profiles.TenantsConfig{}, nil)
+	p := engine.Principal{Tenant: auth.TenantPrefix + "dave"}
+	_, base := sessionGauges(t, sv, "dave") // a previous run's, if any
+	r := sv.do(t, "POST", "/api/v1/execute", "dave", []byte(`{"code": "x = 41", "backend": "jupyter"}`))
+	var res struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := json.Unmarshal(r.body, &res); err != nil || r.status != 200 || res.SessionID == "" {
+		t.Fatalf("execute in a new session: %d %s", r.status, r.body)
+	}
+	t.Cleanup(func() { _ = eng.DestroySession(context.Background(), p, res.SessionID) })
+	if live, hib := sessionGauges(t, sv, "dave"); live < 1 || hib != base {
+		t.Errorf("with the session live: live %v, hibernated %v; want live >= 1, hibernated %v", live, hib, base)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		infos, err := eng.ListSessions(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.IndexFunc(infos, func(i session.Info) bool { return i.ID == res.SessionID }); i >= 0 && infos[i].Status == session.Hibernated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session %s not hibernated within 30 s: %+v", res.SessionID, infos)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if live, hib := sessionGauges(t, sv, "dave"); live != 0 || hib != base+1 {
+		t.Errorf("after hibernation: live %v, hibernated %v; want 0 and %v", live, hib, base+1)
+	}
+	if err := eng.DestroySession(t.Context(), p, res.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	if _, hib := sessionGauges(t, sv, "dave"); hib != base {
+		t.Errorf("after destroying it: hibernated %v, want %v", hib, base)
 	}
 }
 

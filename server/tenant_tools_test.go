@@ -86,18 +86,18 @@ func TestSavedToolsPerTenant(t *testing.T) {
 		// (AttachSaver replaces it now).
 		Attach: func(_ engine.Principal, h *hosted.Host) error { return srv.AttachHosted(h) }})
 	t.Cleanup(saver.Close)
-	for _, tenant := range []string{"tenant:dave", "tenant:erin"} { // a previous run's
-		p := engine.Principal{Tenant: tenant}
-		for _, st := range saver.List(p) {
-			_ = saver.Remove(context.Background(), p, st.Name)
-		}
-	}
 	sv := serveServiceOn(t, saveEngine{eng, &cfg}, profiles.TenantsConfig{}, func(s *Server) {
 		srv = s
 		if err := s.AttachSaver(t.Context(), saver); err != nil {
 			t.Fatal(err)
 		}
 	})
+	for _, tenant := range []string{"tenant:dave", "tenant:erin"} { // a previous run's
+		p := engine.Principal{Tenant: tenant}
+		for _, st := range saver.List(p) {
+			_ = saver.Remove(context.Background(), p, st.Name)
+		}
+	}
 	dave, erin := mcpClient(t, sv, "dave"), mcpClient(t, sv, "erin")
 	define := func(c *client.Client, tenant, body string) string {
 		t.Helper()

@@ -179,3 +179,8 @@ func (e *Engine) ListFiles(ctx context.Context, p Principal, id string) ([]kerne
 // LiveSessions is how many sessions have a sandbox in this process (for
 // metrics; every principal's).
 func (e *Engine) LiveSessions() int { return e.sessions.Live() }
+
+// SessionCounts is every principal's live and hibernated sessions, by
+// principal (for metrics; hibernated ones are counted from the state dir
+// at most every few seconds).
+func (e *Engine) SessionCounts() map[string]session.Counts { return e.sessions.Counts() }

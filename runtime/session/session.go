@@ -136,6 +136,8 @@ type Manager struct {
 	mu       sync.Mutex
 	sessions map[key]*Session // in this process (active or being brought up)
 	closed   bool
+
+	census census // hibernated sessions on disk, for metrics
 }
 
 // Session is one session owned by this process.
@@ -403,7 +405,9 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 		}
 	}
 	s.meta.Status, s.meta.OwnerPid, s.meta.LostReason = Active, os.Getpid(), ""
-	return notes, s.saveLocked()
+	err = s.saveLocked()
+	m.census.invalidate() // perhaps restored from hibernation
+	return notes, err
 }
 
 // reserve checks that s may have a sandbox within max_concurrent (it is
@@ -623,6 +627,7 @@ func (s *Session) saveStateLocked(ctx context.Context, dir string) error {
 
 // release forgets a session in this process and drops its lock.
 func (m *Manager) release(s *Session) {
+	m.census.invalidate() // hibernated or destroyed
 	s.gone = true
 	m.mu.Lock()
 	if m.sessions[s.key()] == s {

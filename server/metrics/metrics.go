@@ -1,10 +1,9 @@
 // Package metrics is forge's Prometheus metrics at /metrics: executions by
 // outcome and mode with latency histograms (the engine's Observer), pool
-// and session gauges read at scrape time, and counters of security
-// violations, bridge calls, builds and egress connections taken from the
-// audit events. Tenant
-// labels are bounded: past MaxTenants distinct tenants, the rest count as
-// "other".
+// gauges and session gauges (live and hibernated, by tenant) read at scrape
+// time, and counters of security violations, bridge calls, builds and
+// egress connections taken from the audit events. Tenant labels are
+// bounded: past MaxTenants distinct tenants, the rest count as "other".
 package metrics
 
 import (
@@ -19,6 +18,7 @@ import (
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/pool"
+	"github.com/mcp-forge/forge/runtime/session"
 )
 
 // MaxTenants bounds the tenant label's values.
@@ -27,7 +27,9 @@ const MaxTenants = 64
 // Source is what the gauges read at scrape time (*engine.Engine has it).
 type Source interface {
 	PoolStats() []pool.Stats
-	LiveSessions() int
+	// SessionCounts is by principal; hibernated counts may be a few
+	// seconds old (the engine caches its walk of the state dir).
+	SessionCounts() map[string]session.Counts
 }
 
 // Metrics holds forge's collectors.
@@ -184,7 +186,8 @@ var (
 		"starterrs":   prometheus.NewDesc("forge_pool_start_errors_total", "Sandbox starts that failed.", []string{"pool"}, nil),
 		"idle_memory": prometheus.NewDesc("forge_pool_idle_memory_bytes", "Mean memory charge of a ready sandbox.", []string{"pool"}, nil),
 	}
-	sessionsLive = prometheus.NewDesc("forge_sessions_live", "Sessions with a running (or paused) sandbox in this process.", nil, nil)
+	sessionsLive       = prometheus.NewDesc("forge_sessions_live", "Sessions with a running (or paused) sandbox in this process, by tenant.", []string{"tenant"}, nil)
+	sessionsHibernated = prometheus.NewDesc("forge_sessions_hibernated", "Sessions saved to the state dir with no sandbox, by tenant (counted from the state dir at most every 15 s, and after this process hibernates or restores one).", []string{"tenant"}, nil)
 )
 
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
@@ -192,6 +195,7 @@ func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	ch <- sessionsLive
+	ch <- sessionsHibernated
 }
 
 func (g *gauges) Collect(ch chan<- prometheus.Metric) {
@@ -217,5 +221,17 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		counter("cold", st.ColdStarts)
 		counter("starterrs", st.StartErrs)
 	}
-	ch <- prometheus.MustNewConstMetric(sessionsLive, prometheus.GaugeValue, float64(src.LiveSessions()))
+	// Summed by label: tenants past MaxTenants share "other".
+	byTenant := map[string]session.Counts{}
+	for owner, c := range src.SessionCounts() {
+		t := g.m.tenant(owner)
+		sum := byTenant[t]
+		sum.Live += c.Live
+		sum.Hibernated += c.Hibernated
+		byTenant[t] = sum
+	}
+	for t, c := range byTenant {
+		ch <- prometheus.MustNewConstMetric(sessionsLive, prometheus.GaugeValue, float64(c.Live), t)
+		ch <- prometheus.MustNewConstMetric(sessionsHibernated, prometheus.GaugeValue, float64(c.Hibernated), t)
+	}
 }
