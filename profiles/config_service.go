@@ -88,27 +88,7 @@ func (t TenantsConfig) Tenant(tenant string) TenantLimits {
 	if !ok {
 		return l
 	}
-	if o.ExecutionsPerMinute != 0 {
-		l.ExecutionsPerMinute = o.ExecutionsPerMinute
-	}
-	if o.ExecutionBurst != 0 {
-		l.ExecutionBurst = o.ExecutionBurst
-	}
-	if o.BuildsPerHour != 0 {
-		l.BuildsPerHour = o.BuildsPerHour
-	}
-	if o.BuildBurst != 0 {
-		l.BuildBurst = o.BuildBurst
-	}
-	if o.MaxSessions != 0 {
-		l.MaxSessions = o.MaxSessions
-	}
-	if o.MaxConcurrent != 0 {
-		l.MaxConcurrent = o.MaxConcurrent
-	}
-	if o.Egress != nil {
-		l.Egress = o.Egress
-	}
+	overlay(&l, o)
 	return l
 }
 

@@ -30,27 +30,10 @@ func (c *Config) Profile(name string) (Profile, error) {
 	if !ok {
 		return Profile{}, fmt.Errorf("%w: %q", ErrUnknownProfile, name)
 	}
-	if o.Memory != 0 {
-		p.Memory = o.Memory
+	if len(o.Egress) == 0 {
+		o.Egress = nil // egress: [] in a profile inherits, as it always did
 	}
-	if o.CPUs != 0 {
-		p.CPUs = o.CPUs
-	}
-	if o.Pids != 0 {
-		p.Pids = o.Pids
-	}
-	if o.Timeout != 0 {
-		p.Timeout = o.Timeout
-	}
-	if o.TmpSize != 0 {
-		p.TmpSize = o.TmpSize
-	}
-	if o.Seccomp != "" {
-		p.Seccomp = o.Seccomp
-	}
-	if len(o.Egress) > 0 {
-		p.Egress = o.Egress
-	}
+	overlay(&p, o)
 	return p, nil
 }
 
