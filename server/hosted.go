@@ -31,7 +31,11 @@ type hostedEntry struct {
 // forge's tools, another hosted tool or a tool some principal saved is an
 // error naming both; so is it at a reload, which then keeps the previous
 // table.
+//
+// Lock order: a Host calls check holding its own lock, so hostedMu is never
+// held while calling into a Host.
 func (s *Server) AttachHosted(h *hosted.Host) error {
+	tools := h.Tools()
 	s.hostedMu.Lock()
 	defer s.hostedMu.Unlock()
 	e := &hostedEntry{h: h}
@@ -47,7 +51,6 @@ func (s *Server) AttachHosted(h *hosted.Host) error {
 		}
 		return nil
 	}
-	tools := h.Tools()
 	if err := check(tools); err != nil {
 		return err
 	}
@@ -58,9 +61,10 @@ func (s *Server) AttachHosted(h *hosted.Host) error {
 		defer s.hostedMu.Unlock()
 		return check(tools)
 	}, func() {
+		tools := h.Tools()
 		s.hostedMu.Lock()
 		defer s.hostedMu.Unlock()
-		e.names = s.addHosted(e.names, h.Tools())
+		e.names = s.addHosted(e.names, tools)
 	})
 	s.addHostedResourceLocked()
 	return nil
@@ -107,16 +111,20 @@ func (s *Server) addHostedResourceLocked() {
 // hosted tool or one the principal saved; nil if none.
 func (s *Server) hostOf(ctx context.Context, name string) *hosted.Host {
 	s.hostedMu.Lock()
-	defer s.hostedMu.Unlock()
-	for _, e := range s.hosts {
+	hosts := slices.Clone(s.hosts)
+	var mine *hosted.Host
+	if e := s.saved[s.principal(ctx).Tenant]; e != nil {
+		if _, ok := e.tools[name]; ok {
+			mine = e.h
+		}
+	}
+	s.hostedMu.Unlock()
+	for _, e := range hosts {
 		if e.h.Has(name) {
 			return e.h
 		}
 	}
-	if e := s.saved[s.principal(ctx).Tenant]; e != nil && e.h.Has(name) {
-		return e.h
-	}
-	return nil
+	return mine
 }
 
 // addHosted replaces the registered hosted tools old by tools (mcp-go

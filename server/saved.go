@@ -49,6 +49,7 @@ func (s *Server) openSaved(ctx context.Context, p engine.Principal) {
 // attachSaved serves h, p's saved tools (the Saver's Attach). Their names
 // may not be forge's own or a global hosted tool's.
 func (s *Server) attachSaved(p engine.Principal, h *hosted.Host) error {
+	tools := h.Tools() // before hostedMu: see AttachHosted
 	s.hostedMu.Lock()
 	defer s.hostedMu.Unlock()
 	if e := s.saved[p.Tenant]; e != nil && e.h == h {
@@ -56,22 +57,23 @@ func (s *Server) attachSaved(p engine.Principal, h *hosted.Host) error {
 	}
 	e := &savedEntry{hostedEntry: hostedEntry{h: h}}
 	check := func(tools []hosted.Tool) error { return s.collisionLocked(h, &e.hostedEntry, tools) }
-	if err := check(h.Tools()); err != nil {
+	if err := check(tools); err != nil {
 		return err
 	}
 	if s.saved == nil {
 		s.saved, s.savedRefs = map[string]*savedEntry{}, map[string]int{}
 	}
 	s.saved[p.Tenant] = e
-	s.setSavedLocked(e, h.Tools())
+	s.setSavedLocked(e, tools)
 	h.SetHooks(func(tools []hosted.Tool) error {
 		s.hostedMu.Lock()
 		defer s.hostedMu.Unlock()
 		return check(tools)
 	}, func() {
+		tools := h.Tools()
 		s.hostedMu.Lock()
 		defer s.hostedMu.Unlock()
-		s.setSavedLocked(e, h.Tools())
+		s.setSavedLocked(e, tools)
 	})
 	s.addHostedResourceLocked()
 	return nil
