@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sort"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
@@ -30,11 +31,14 @@ type savedEntry struct {
 // openSaved serves p's saved tools, if it has any and they are not served
 // yet (a principal's first request after a start). Reading their table
 // takes a sandbox, so it is done once per principal and process.
+// A table that does not load is tried again after savedRetry, not at every
+// request.
 func (s *Server) openSaved(ctx context.Context, p engine.Principal) {
 	s.hostedMu.Lock()
 	sv, open := s.saver, s.saved[p.Tenant] != nil
+	failed, ok := s.savedFailed[p.Tenant]
 	s.hostedMu.Unlock()
-	if sv == nil || open || p.Tenant == "" {
+	if sv == nil || open || p.Tenant == "" || (ok && time.Since(failed) < savedRetry) {
 		return
 	}
 	h, err := sv.Open(ctx, p)
@@ -42,9 +46,17 @@ func (s *Server) openSaved(ctx context.Context, p engine.Principal) {
 		err = s.attachSaved(p, h)
 	}
 	if err != nil {
-		s.log.Warn("serving saved tools", "principal", p.Tenant, "err", err)
+		s.log.Warn("serving saved tools", "principal", p.Tenant, "err", err, "retry_in", savedRetry)
+		s.hostedMu.Lock()
+		if s.savedFailed == nil {
+			s.savedFailed = map[string]time.Time{}
+		}
+		s.savedFailed[p.Tenant] = time.Now()
+		s.hostedMu.Unlock()
 	}
 }
+
+const savedRetry = time.Minute
 
 // attachSaved serves h, p's saved tools (the Saver's Attach). Their names
 // may not be forge's own or a global hosted tool's.
@@ -64,6 +76,7 @@ func (s *Server) attachSaved(p engine.Principal, h *hosted.Host) error {
 		s.saved, s.savedRefs = map[string]*savedEntry{}, map[string]int{}
 	}
 	s.saved[p.Tenant] = e
+	delete(s.savedFailed, p.Tenant)
 	s.setSavedLocked(e, tools)
 	h.SetHooks(func(tools []hosted.Tool) error {
 		s.hostedMu.Lock()

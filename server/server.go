@@ -129,6 +129,7 @@ type Server struct {
 	saver          *hosted.Saver
 	saved          map[string]*savedEntry
 	savedRefs      map[string]int
+	savedFailed    map[string]time.Time // principals whose saved tools did not load
 	// answered is closed once the first reply went out (see Answered).
 	answered     chan struct{}
 	answeredOnce sync.Once

@@ -163,6 +163,27 @@ func TestSavedToolsPerTenant(t *testing.T) {
 			t.Errorf("%s calling %s: %s, want %s", tc.who, tool, text(res), tc.want)
 		}
 	}
+
+	// After a restart (a new server and saver on the same state dir) each
+	// tenant's saved tools are served again from its first request.
+	saver2 := hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir})
+	t.Cleanup(saver2.Close)
+	sv2 := serveServiceOn(t, saveEngine{eng, &cfg}, profiles.TenantsConfig{}, func(s *Server) {
+		if err := s.AttachSaver(t.Context(), saver2); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, tc := range []struct{ who, want string }{{"dave", "42"}, {"erin", "15"}} {
+		c := mcpClient(t, sv2, tc.who)
+		if names := listNames(t, c); !slices.Contains(names, tool) {
+			t.Errorf("after a restart %s's tools/list = %v, want %s", tc.who, names, tool)
+		}
+		if res := callTool(t, c, tool, map[string]any{"x": 14}); res.IsError || fmt.Sprint(structured(t, res)["result"]) != tc.want {
+			t.Errorf("after a restart %s calling %s: %s, want %s", tc.who, tool, text(res), tc.want)
+		}
+	}
+	saver2.Close()
+
 	if res := callTool(t, dave, toolRemoveTool, map[string]any{"name": tool}); res.IsError {
 		t.Fatalf("dave removing his %s: %s", tool, text(res))
 	}
