@@ -121,7 +121,7 @@ func (s *Server) handleBuild(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	defer cancel()
 	res, err := s.eng.BuildEnvironment(ectx, s.principal(ctx), build.Request{
 		Client: clientName(ctx), Name: a.Name, Packages: a.Packages, Template: a.Template,
-		BaseImage: a.BaseImage, Description: a.Description, Progress: progressTo(ctx, req),
+		BaseImage: a.BaseImage, Description: a.Description, Progress: progressTo(ctx, req), Approver: elicitApprover{s},
 	})
 	if err != nil {
 		return s.buildError(err), nil
