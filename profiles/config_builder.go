@@ -14,8 +14,9 @@ type EnvironmentBuilderConfig struct {
 	AllowedPackagesFiles  []string            `yaml:"allowed_packages_files" doc:"Absolute paths of files with more allowed patterns, one a line (# comments)."`
 	BlockedPackages       []string            `yaml:"blocked_packages" doc:"Package name patterns a build may never install, whatever else allows them."`
 	BlockedPackagesFiles  []string            `yaml:"blocked_packages_files" doc:"Absolute paths of files with more blocked patterns, one a line."`
-	ApprovalPackages      []string            `yaml:"approval_packages" doc:"Package name patterns that need a person's approval: a build asking for one is refused with a message naming environment_builder.approved_packages."`
+	ApprovalPackages      []string            `yaml:"approval_packages" doc:"Package name patterns that need a person's approval: a build asking for one is refused with a message naming environment_builder.approved_packages, or the person is asked (environment_builder.approval)."`
 	ApprovedPackages      []string            `yaml:"approved_packages" doc:"Packages (names or patterns) approved despite environment_builder.approval_packages."`
+	Approval              string              `yaml:"approval" doc:"What a build asking for a package of environment_builder.approval_packages gets: refuse (a refusal naming the settings), or elicit (the person is asked through MCP elicitation, for that build only; the approval is audited as build.approved, an answer other than accept is a refusal, and a client without elicitation is refused)."`
 	AllowDirectReferences bool                `yaml:"allow_direct_references" doc:"Allow URL, path and VCS requirements (name @ https://...). Off: only names and version specifiers from the index."`
 	MaxPackages           int                 `yaml:"max_packages" doc:"Most packages one build may ask for (template packages included)."`
 	Templates             map[string]Template `yaml:"templates" doc:"Named package lists: execute_python's environment field and build_custom_environment's template expand to them; a template is built on first use when enabled is true."`

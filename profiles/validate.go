@@ -213,6 +213,9 @@ func (c *Config) validateBuilder(p *problems) {
 			}
 		}
 	}
+	if b.Approval != "refuse" && b.Approval != "elicit" {
+		p.add(base+"approval", "%q: want refuse or elicit", b.Approval)
+	}
 	if b.Enabled && len(b.AllowedPackages) == 0 && len(b.AllowedPackagesFiles) == 0 {
 		p.add(base+"allowed_packages", "must not be empty when environment_builder.enabled is true (use [\"*\"] to allow any package)")
 	}

@@ -76,6 +76,7 @@ command -v chromium >/dev/null || die "needs chromium (scripts/install-deps.sh i
 export FORGE_ARTIFACT_DIR=${FORGE_ARTIFACT_DIR:-$(mktemp -d -t forge-app-XXXXXX)}
 run "MCP App in Chromium (ext-apps AppBridge)" node --test --test-reporter=spec app-browser.mjs
 run "TypeScript SDK over HTTP with bearer tokens" node --test --test-reporter=spec sdk-http-auth.mjs
+run "approval through elicitation: builds and save_tool (TypeScript SDK)" node --test --test-reporter=spec sdk-elicitation.mjs
 # The standalone forge_tools server (sdk/python, no forge involved).
 run "forge_tools serve: TypeScript SDK over stdio" node --test --test-reporter=spec forge-tools-sdk.mjs
 run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=spec forge-tools-inspector.mjs

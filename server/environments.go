@@ -88,6 +88,9 @@ func buildTool(s *Server) mcp.Tool {
 	desc := "Install Python packages into a new custom environment (an image, forge/custom:NAME) and return what got installed. " +
 		"Packages are checked against forge's package policy before anything runs, installed with uv from the configured index in a sandbox, and cached: the same packages on the same base are reused at once. " +
 		fmt.Sprintf("A build may take minutes (at most %s); progress is reported. Then run code in it with execute_python's custom_image set to the name.", b.BuildTimeout)
+	if b.Approval == "elicit" && len(b.ApprovalPackages) > 0 {
+		desc += " Some packages need the user's approval: the user is asked (elicitation) before the build starts."
+	}
 	t := mcp.NewToolWithRawSchema(toolBuild, desc, raw)
 	t.Title = "Build a custom Python environment"
 	f, tr := false, true
@@ -121,7 +124,7 @@ func (s *Server) handleBuild(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	defer cancel()
 	res, err := s.eng.BuildEnvironment(ectx, s.principal(ctx), build.Request{
 		Client: clientName(ctx), Name: a.Name, Packages: a.Packages, Template: a.Template,
-		BaseImage: a.BaseImage, Description: a.Description, Progress: progressTo(ctx, req),
+		BaseImage: a.BaseImage, Description: a.Description, Progress: progressTo(ctx, req), Approver: elicitApprover{s},
 	})
 	if err != nil {
 		return s.buildError(err), nil

@@ -227,8 +227,12 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 		}
 		msg, reply := checkMessage(body)
 		if reply == nil && msg.kind == kindResponse {
-			// forge sends clients no requests (as over stdio, where they
-			// are dropped): accepted and ignored, as the transport wants.
+			// A response to a request forge sent (elicitation) goes to
+			// mcp-go, which hands it to the request waiting for it; one to
+			// nothing is dropped there. Either way it is accepted, as the
+			// transport wants.
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(discardWriter{}, r)
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
@@ -256,3 +260,11 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 		s.markAnswered()
 	})
 }
+
+// discardWriter takes an answer nobody reads: mcp-go's to a client's
+// response, which the client gets as 202 whatever mcp-go made of it.
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (discardWriter) WriteHeader(int)             {}

@@ -16,7 +16,7 @@ type messageKind int
 const (
 	kindRequest messageKind = iota
 	kindNotification
-	kindResponse // to a request forge sent (it sends none today): ignored
+	kindResponse // to a request forge sent (elicitation over stdio)
 )
 
 // message is the envelope of one checked JSON-RPC message.
@@ -35,7 +35,8 @@ type message struct {
 //     array such as a batch, which MCP does not have, an id that is neither
 //     a string nor a number, a missing or empty method, a wrong "jsonrpc"):
 //     -32600 Invalid Request, with the id when it can be read, else null;
-//   - a response (no method; result or error) is ignored, nothing else is.
+//   - a response (no method; result or error) goes to the request forge
+//     sent, if one waits for it (ServeStdio); nothing else is ignored.
 //
 // reply is nil when the message is to be handled (or, for a response,
 // ignored).

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/hosted"
 )
@@ -98,16 +99,18 @@ func (s *Server) approve(ctx context.Context, sid, fn, name string) string {
 	if name == "" {
 		name = fn
 	}
-	res, err := s.mcp.RequestElicitation(ctx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
-		Message:         fmt.Sprintf("Save the function %s of session %s as the hosted tool %q? Every call of it will run in a sandbox.", fn, sid, name),
-		RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
-	}})
+	act, err := s.askPerson(ctx, fmt.Sprintf("Save the function %s of session %s as the hosted tool %q? Every call of it will run in a sandbox.", fn, sid, name))
 	if err != nil {
 		return "save_tool needs the user's approval (hosted_tools.save_tool: approve), and this client could not be asked (" + err.Error() + "); a server operator can set hosted_tools.save_tool: allow"
 	}
-	if res.Action != mcp.ElicitationResponseActionAccept {
-		return "The user did not approve saving " + fn + " (" + string(res.Action) + ")."
+	ev := audit.Event{Event: audit.EventToolApproved, Severity: audit.SeverityInfo, Principal: s.principal(ctx).Tenant, Client: clientName(ctx),
+		Tool: toolSaveTool, SessionID: sid, Fields: map[string]any{"function": fn, "name": name, "action": string(act)}}
+	if act != mcp.ElicitationResponseActionAccept {
+		ev.Event, ev.Severity = audit.EventToolDeclined, audit.SeverityWarning
+		s.audit.Log(ev)
+		return "The user did not approve saving " + fn + " (" + string(act) + ")."
 	}
+	s.audit.Log(ev)
 	return ""
 }
 

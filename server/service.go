@@ -205,7 +205,7 @@ func (s *Server) executeRequest(ctx context.Context, a ExecuteArgs, progress fun
 		Principal: s.principal(ctx), Client: clientName(ctx), RequestID: rest.RequestID(ctx),
 		Code: a.Code, Image: a.CustomImage, Timeout: a.Timeout, Memory: a.Memory,
 		SessionID: a.SessionID, NewSession: a.Backend == BackendJupyter, MCPTools: a.MCPTools,
-		Environment: a.Environment, Progress: progress, Egress: a.Egress, Env: a.Env,
+		Environment: a.Environment, Progress: progress, Egress: a.Egress, Env: a.Env, Approver: elicitApprover{s},
 	}
 }
 

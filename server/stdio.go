@@ -34,6 +34,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	}
 	defer s.mcp.UnregisterSession(context.WithoutCancel(ctx), sess.SessionID())
 	w := &lineWriter{w: out}
+	sess.serve(w)
 	reqCtx, cancelRequests := context.WithCancel(withPrincipal(s.mcp.WithContext(context.WithoutCancel(ctx), sess), s.principal(ctx)))
 	reqCtx = withNotifier(reqCtx, func(n mcp.JSONRPCNotification) { w.write(n) })
 	defer cancelRequests()
@@ -92,7 +93,8 @@ func (s *Server) dispatch(ctx context.Context, line []byte, w *lineWriter, wg *s
 		w.write(reply)
 		return
 	case msg.kind == kindResponse:
-		return // to a request forge never sends
+		deliverReply(ctx, msg, line) // to a request forge sent (elicitation)
+		return
 	case msg.kind == kindNotification:
 		s.handle(ctx, msg, line)
 		return
@@ -179,6 +181,17 @@ type stdioSession struct {
 	mu         sync.Mutex
 	clientInfo mcp.Implementation
 	clientCaps mcp.ClientCapabilities
+	// out, lastID and pending carry forge's own requests to the client
+	// (stdio_requests.go).
+	out     *lineWriter
+	lastID  int64
+	pending map[string]chan stdioReply
+}
+
+func (s *stdioSession) serve(w *lineWriter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.out = w
 }
 
 func newStdioSession() *stdioSession {

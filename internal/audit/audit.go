@@ -35,6 +35,10 @@ const (
 	EventBuildComplete     = "build.complete"
 	EventBuildRefused      = "build.refused"
 	EventBuildFailed       = "build.failed"
+	EventBuildApproved     = "build.approved" // a person approved packages of environment_builder.approval_packages
+	EventBuildDeclined     = "build.declined" // a person was asked and did not approve
+	EventToolApproved      = "tool.approved"  // a person approved a save_tool (hosted_tools.save_tool: approve)
+	EventToolDeclined      = "tool.declined"  // a person was asked and did not approve a save_tool
 	EventToolCall          = "tool.call"
 	EventEgressAllow       = "egress.allow"   // a connection out of a sandbox, allowed
 	EventEgressDeny        = "egress.deny"    // one refused (policy, address, SNI, limits)

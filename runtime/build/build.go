@@ -165,6 +165,9 @@ type Request struct {
 	Description string
 	// Progress, when set, hears each step (step of total).
 	Progress func(step, total int, message string)
+	// Approver asks a person about packages that need approval
+	// (environment_builder.approval: elicit); nil: nobody can be asked.
+	Approver Approver
 }
 
 // Result is a build's outcome.
@@ -194,6 +197,10 @@ type plan struct {
 	hash   string
 	index  string
 	target string // site-packages inside the sandbox
+	// pending are the packages that need a person's approval (approval:
+	// elicit), with the pattern that matched each; approved are those a
+	// person approved, recorded on the image.
+	pending, patterns, approved []string
 }
 
 // Build makes the environment, or finds it in the cache.
@@ -211,7 +218,24 @@ func (b *Builder) Build(ctx context.Context, req Request) (*Result, error) {
 		}
 		return nil, err
 	}
-	if env, ok := b.cached(ctx, p); ok {
+	hit := b.lookup(ctx, p)
+	if len(p.pending) > 0 {
+		var labels map[string]string
+		if hit != nil {
+			labels = hit.Labels
+		}
+		// Before any sandbox, like the rest of the policy.
+		if err := b.approve(ctx, req, p, labels); err != nil {
+			if errors.Is(err, ErrRefused) {
+				b.opts.Audit.Log(audit.Event{Event: audit.EventBuildRefused, Severity: audit.SeverityWarning,
+					Principal: req.Principal, Client: req.Client, Reason: clip(err.Error(), 500)})
+			} else {
+				b.failed(req, p.hash, err)
+			}
+			return nil, err
+		}
+	}
+	if env, ok := b.named(ctx, p, hit); ok {
 		req.progress(progressSteps, "cache hit: %s is already built (hash %s)", p.image, env.Hash[:12])
 		b.Touch(p.image)
 		res := &Result{Environment: *env, Cached: true, Duration: time.Since(start)}
@@ -292,10 +316,21 @@ func (b *Builder) check(ctx context.Context, req Request) (*plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := b.rules.Check(reqs, nil); err != nil {
+	// With approval: elicit, packages that need approval pass here (every
+	// other rule still applies) and a person is asked before anything runs.
+	var pending, patterns []string
+	var asked map[string]bool
+	if b.cfg.Approval == "elicit" {
+		pending, patterns = b.rules.Pending(reqs)
+		asked = map[string]bool{}
+		for _, n := range pending {
+			asked[n] = true
+		}
+	}
+	if err := b.rules.Check(reqs, asked); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrRefused, err)
 	}
-	p := &plan{req: req, image: ImageName(req.Principal, req.Name), reqs: reqs}
+	p := &plan{req: req, image: ImageName(req.Principal, req.Name), reqs: reqs, pending: pending, patterns: patterns}
 	for _, r := range reqs {
 		p.specs = append(p.specs, r.String())
 	}
@@ -341,30 +376,43 @@ func (b *Builder) resolveBase(ctx context.Context, p *plan) error {
 	return err
 }
 
-// cached finds the principal's environment with the plan's hash. One under
-// another name gets the plan's name too: the same packages on the same
-// base are the same image.
-func (b *Builder) cached(ctx context.Context, p *plan) (*Environment, bool) {
+// lookup finds the principal's environment with the plan's hash, the one
+// under the plan's name first.
+func (b *Builder) lookup(ctx context.Context, p *plan) *rootfs.Image {
 	imgs, err := b.opts.Store.Images(ctx)
 	if err != nil {
-		return nil, false
+		return nil
 	}
-	for _, img := range imgs {
+	var hit *rootfs.Image
+	for i, img := range imgs {
 		if img.Labels[LabelHash] != p.hash || img.Labels[LabelOwner] != p.req.Principal {
 			continue
 		}
 		if slices.Contains(img.Names, p.image) {
-			env, ok := fromImage(img, p.image)
-			return &env, ok
+			return &imgs[i]
 		}
+		if hit == nil {
+			hit = &imgs[i]
+		}
+	}
+	return hit
+}
+
+// named is the cache hit img as the plan's environment. One under another
+// name gets the plan's name too: the same packages on the same base are
+// the same image.
+func (b *Builder) named(ctx context.Context, p *plan, img *rootfs.Image) (*Environment, bool) {
+	if img == nil {
+		return nil, false
+	}
+	if !slices.Contains(img.Names, p.image) {
 		if err := b.opts.Store.SetName(ctx, img.ID, p.image); err != nil {
 			b.log.Warn("naming a cached environment", "image", img.ID, "name", p.image, "err", err)
 			return nil, false
 		}
-		env, ok := fromImage(img, p.image)
-		return &env, ok
 	}
-	return nil, false
+	env, ok := fromImage(*img, p.image)
+	return &env, ok
 }
 
 // admit applies the rate limit and the concurrent-build limit.
@@ -536,7 +584,8 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	p.req.progress(4, "committing %s", p.image)
 	env := &Environment{Name: p.req.Name, Image: p.image, Owner: p.req.Principal, Description: p.req.Description,
 		Template: p.req.Template, BaseImage: p.req.BaseImage, BaseDigest: p.base.Digest, Python: p.python,
-		Requested: p.specs, Installed: installed, Hash: p.hash, Built: time.Now().UTC(), Scan: scan, Installer: b.Installer()}
+		Requested: p.specs, Installed: installed, Hash: p.hash, Built: time.Now().UTC(), Scan: scan, Installer: b.Installer(),
+		Approved: p.approved}
 	img, err := scratch.Commit(ctx, rootfs.CommitOptions{Name: p.image, Labels: env.labels(),
 		MaxSize: int64(b.cfg.MaxImageSize), Comment: "forge env build " + strings.Join(p.specs, " ")})
 	if errors.Is(err, rootfs.ErrTooLarge) {

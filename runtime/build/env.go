@@ -97,7 +97,10 @@ type Environment struct {
 	Size        int64     `json:"size"`
 	Scan        string    `json:"scan"`
 	Installer   string    `json:"installer"`
-	Owner       string    `json:"-"`
+	// Approved are the packages a person approved for this build
+	// (environment_builder.approval: elicit).
+	Approved []string `json:"approved,omitempty"`
+	Owner    string   `json:"-"`
 }
 
 // fromImage reads an environment from its image's labels; ok is false for
@@ -120,6 +123,7 @@ func fromImage(img rootfs.Image, imageName string) (Environment, bool) {
 	}
 	json.Unmarshal([]byte(l[LabelRequested]), &e.Requested)
 	json.Unmarshal([]byte(l[LabelInstalled]), &e.Installed)
+	json.Unmarshal([]byte(l[approvedLabel]), &e.Approved)
 	e.Built, _ = time.Parse(time.RFC3339, l[LabelBuilt])
 	return e, true
 }
@@ -138,6 +142,10 @@ func (e *Environment) labels() map[string]string {
 	}
 	if e.Template != "" {
 		l[LabelTemplate] = e.Template
+	}
+	if len(e.Approved) > 0 {
+		a, _ := json.Marshal(e.Approved)
+		l[approvedLabel] = string(a)
 	}
 	return l
 }

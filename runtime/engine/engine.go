@@ -253,6 +253,10 @@ type Request struct {
 	// code runs in its environment, built first if need be. Image must be
 	// empty then; Image may name an environment of the principal itself.
 	Environment string
+	// Approver asks a person about the packages of an Environment built
+	// on first use that need approval (runtime/build.Approver); nil: nobody
+	// can be asked.
+	Approver build.Approver
 	// Env are environment variables for the code (os.environ).
 	Env map[string]string
 	// RequestID is the face's id of the request, for the audit log.

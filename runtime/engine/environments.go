@@ -123,7 +123,7 @@ func (e *Engine) templateImage(ctx context.Context, req *Request) (string, error
 		return env.Image, nil
 	}
 	res, err := e.builder.Build(ctx, build.Request{Principal: req.Principal.Tenant, Client: req.Client, Name: name,
-		Template: name, Progress: buildProgress(req.Progress), Description: "template " + name})
+		Template: name, Progress: buildProgress(req.Progress), Description: "template " + name, Approver: req.Approver})
 	if err != nil {
 		return "", fmt.Errorf("environment %q: %w", name, err)
 	}

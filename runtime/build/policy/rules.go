@@ -21,6 +21,7 @@ const (
 	SettingApproved = "environment_builder.approved_packages"
 	SettingDirect   = "environment_builder.allow_direct_references"
 	SettingMax      = "environment_builder.max_packages"
+	SettingApproval = "environment_builder.approval"
 )
 
 // Rules is the package policy of builds. Patterns are matched against
@@ -115,11 +116,25 @@ func (r Rules) Check(reqs []Requirement, approved map[string]bool) error {
 		if p, ok := match(r.Approve, q.Name); ok && !approved[q.Name] {
 			if _, ok := match(r.Approved, q.Name); !ok {
 				return &Refusal{Package: q.Name, Rule: RuleApproval, Pattern: p, Setting: SettingApproved,
-					Detail: fmt.Sprintf("it matches the approval pattern %q (%s) and needs a person's approval: add it to %s", p, SettingApprove, SettingApproved)}
+					Detail: fmt.Sprintf("it matches the approval pattern %q (%s) and needs a person's approval: add it to %s, or set %s: elicit so that forge asks the person through an MCP client that supports elicitation", p, SettingApprove, SettingApproved, SettingApproval)}
 			}
 		}
 	}
 	return nil
+}
+
+// Pending are the distinct names of reqs that need a person's approval
+// (an approval pattern matches, approved_packages does not), sorted, with
+// the pattern that matched each.
+func (r Rules) Pending(reqs []Requirement) (names, patterns []string) {
+	for _, n := range Names(reqs) {
+		if p, ok := match(r.Approve, n); ok {
+			if _, ok := match(r.Approved, n); !ok {
+				names, patterns = append(names, n), append(patterns, p)
+			}
+		}
+	}
+	return names, patterns
 }
 
 // Names are the distinct normalized names of reqs, sorted.
