@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -210,6 +211,87 @@ func TestBuildFromPyPI(t *testing.T) {
 		if out.SessionID != nil {
 			eng.DestroySession(ctx, local, *out.SessionID)
 		}
+	}
+}
+
+// pyPIConfig configures builds from the real index through the egress
+// proxy, with installer as environment_builder.installer.
+func pyPIConfig(installer string) func(*profiles.Config) {
+	return func(c *profiles.Config) {
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.AllowedPackages, b.CABundle, b.Installer = true, []string{"*"}, hostCABundle(), installer
+	}
+}
+
+// pipBaseName is an environment of pip, built with uv from the real index
+// and kept: its content hash does not change between runs, so a rerun on
+// the same store is a cache hit (a fresh store, as in CI, builds it).
+const pipBaseName = "t-pip-base"
+
+// TestBuildWithPip is the pip fallback, for real: uv installs pip from the
+// real index into an environment; a build on that environment with
+// environment_builder.installer pip installs a small pure-Python package
+// with the base's own python3 -m pip, from the real index through the same
+// egress proxy (the build sandbox has no other network).
+func TestBuildWithPip(t *testing.T) {
+	ctx := context.Background()
+	uvEng := testenv.Engine(t, false, pyPIConfig("auto"))
+	if got := uvEng.Builder().Installer(); got != "uv" {
+		t.Fatalf("installer auto with uv on PATH is %q, want uv", got)
+	}
+	base, err := uvEng.BuildEnvironment(ctx, local, build.Request{Name: pipBaseName, Packages: []string{"pip==24.3.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Installer != "uv" || !slices.Contains(base.Installed, build.Package{Name: "pip", Version: "24.3.1"}) {
+		t.Fatalf("pip base: installer %q installed %+v, want pip 24.3.1 by uv", base.Installer, base.Installed)
+	}
+	if err := uvEng.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	eng := testenv.Engine(t, false, pyPIConfig("pip"))
+	if got := eng.Builder().Installer(); got != "pip" {
+		t.Fatalf("installer pip: Installer() = %q", got)
+	}
+	// A base without pip is refused before anything starts, naming the
+	// setting.
+	_, err = eng.BuildEnvironment(ctx, local, build.Request{Name: uniqueName("t-nopip"), Packages: []string{"six==1.17.0"}})
+	if !errors.Is(err, build.ErrInvalid) || !strings.Contains(err.Error(), "has no pip") ||
+		!strings.Contains(err.Error(), "environment_builder.installer") || !strings.Contains(err.Error(), testenv.BaseImage) {
+		t.Errorf("pip build on %s: %v, want ErrInvalid naming the image and environment_builder.installer", testenv.BaseImage, err)
+	}
+	nothingLeft(t, eng)
+
+	name := uniqueName("t-pip")
+	removeEnv(t, eng, name)
+	res, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"six==1.17.0"}, BaseImage: base.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cached || res.Installer != "pip" {
+		t.Errorf("cached %v installer %q, want a new build by pip", res.Cached, res.Installer)
+	}
+	for _, want := range []build.Package{{Name: "six", Version: "1.17.0"}, {Name: "pip", Version: "24.3.1"}} {
+		if !slices.Contains(res.Installed, want) {
+			t.Errorf("installed %+v, want %v among them", res.Installed, want)
+		}
+	}
+	img, err := eng.Store().Lookup(ctx, res.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Labels[build.LabelInstaller] != "pip" || !strings.Contains(img.Labels[build.LabelInstalled], `{"name":"six","version":"1.17.0"}`) ||
+		img.Labels[build.LabelRequested] != `["six==1.17.0"]` || img.Labels[build.LabelBase] != base.Image {
+		t.Errorf("labels %v, want installer pip, six 1.17.0 installed and requested, base %s", img.Labels, base.Image)
+	}
+	out, err := eng.Execute(ctx, engine.Request{Principal: local, Image: name,
+		Code: "import six, pip\nprint(six.__version__, pip.__version__, six.__file__)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(out.Stdout); !out.Success || len(f) != 3 || f[0] != "1.17.0" || f[1] != "24.3.1" || !strings.Contains(f[2], "/dist-packages/") {
+		t.Errorf("run in %s: %+v, want six 1.17.0 and pip 24.3.1 from dist-packages", name, out)
 	}
 }
 
