@@ -82,14 +82,22 @@ func (b *Builder) installNoSpace(ie *InstallError, p *plan) error {
 	if line == "" {
 		return ie
 	}
-	switch {
-	case strings.Contains(line, cacheMount):
+	// "failed to copy file from CACHE to TARGET: No space left": the
+	// place written to is the one named last.
+	last, at := "", -1
+	for _, place := range []string{cacheMount, p.target, "/tmp/"} {
+		if i := strings.LastIndex(line, place); place != "" && i > at {
+			last, at = place, i
+		}
+	}
+	switch last {
+	case cacheMount:
 		return b.placeOf(b.cacheDir(p), quota, ie)
-	case p.target != "" && strings.Contains(line, p.target):
+	case p.target:
 		e := b.placeOf(b.opts.Store.StorageDir(), quota, ie)
-		e.What = "the image store (the build's writable layer)"
+		e.What = "the build's writable layer in the image store"
 		return e
-	case strings.Contains(line, "/tmp"):
+	case "/tmp/":
 		return &NoSpaceError{What: "the build sandbox's /tmp (memory)", Quota: quota, Err: ie,
 			Hint: "raise environment_builder.build_memory (/tmp gets half of it, at most 512 MiB)"}
 	}
