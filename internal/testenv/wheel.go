@@ -21,7 +21,7 @@ func MakeWheel(t testing.TB, dir, dist, version, value string) {
 }
 
 // MakeWheelWith is MakeWheel with more files in the module's directory
-// (name → content), stored uncompressed.
+// (name → content).
 func MakeWheelWith(t testing.TB, dir, dist, version, value string, extra map[string][]byte) {
 	t.Helper()
 	mod := strings.ReplaceAll(dist, "-", "_")
@@ -42,7 +42,7 @@ func MakeWheelWith(t testing.TB, dir, dist, version, value string, extra map[str
 	z := zip.NewWriter(f)
 	var record strings.Builder
 	for _, file := range files {
-		w, err := z.CreateHeader(&zip.FileHeader{Name: file.name, Method: zip.Store})
+		w, err := z.Create(file.name)
 		if err != nil {
 			t.Fatal(err)
 		}

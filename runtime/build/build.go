@@ -224,6 +224,14 @@ func (b *Builder) Build(ctx context.Context, req Request) (*Result, error) {
 		b.complete(req, res)
 		return res, nil
 	}
+	if b.uv == "" {
+		// A cache hit needs no pip; a build does, before it starts.
+		if err := b.checkPip(ctx, &p.base, p.req.BaseImage, p.python); err != nil {
+			b.opts.Audit.Log(audit.Event{Event: audit.EventBuildRefused, Severity: audit.SeverityWarning,
+				Principal: req.Principal, Client: req.Client, Reason: clip(err.Error(), 500)})
+			return nil, err
+		}
+	}
 	release, err := b.admit(req.Principal, p.image)
 	if err != nil {
 		b.opts.Audit.Log(audit.Event{Event: audit.EventBuildRefused, Severity: audit.SeverityWarning,
@@ -342,13 +350,8 @@ func (b *Builder) resolveBase(ctx context.Context, p *plan) error {
 	}
 	p.base = *img
 	p.req.BaseImage = base
-	if p.python, err = b.pythonOf(ctx, img); err != nil {
-		return err
-	}
-	if b.uv == "" {
-		return b.checkPip(ctx, img, base, p.python)
-	}
-	return nil
+	p.python, err = b.pythonOf(ctx, img)
+	return err
 }
 
 // checkPip refuses, before any sandbox starts, a pip build on a base
