@@ -298,6 +298,23 @@ func TestBuildWithPip(t *testing.T) {
 	}
 }
 
+// TestInstallerUVMissing: installer uv without a uv is an error at start
+// naming the setting; pip never looks for uv.
+func TestInstallerUVMissing(t *testing.T) {
+	eng := testenv.Engine(t, false, nil)
+	cfg := *eng.Config()
+	cfg.EnvironmentBuilder.Installer = "uv"
+	_, err := build.New(build.Options{Store: eng.Store(), Config: &cfg, UV: "none"})
+	if !errors.Is(err, build.ErrInvalid) || !strings.Contains(err.Error(), "environment_builder.installer is uv") {
+		t.Errorf("installer uv, no uv: %v, want ErrInvalid naming environment_builder.installer", err)
+	}
+	cfg.EnvironmentBuilder.Installer = "pip"
+	b, err := build.New(build.Options{Store: eng.Store(), Config: &cfg})
+	if err != nil || b.Installer() != "pip" {
+		t.Errorf("installer pip with uv on PATH: %v, %v, want pip", b, err)
+	}
+}
+
 // TestBuildDiskFull builds on a state dir of its own, a small tmpfs filled
 // so that the build runs out of space: inside the build sandbox while the
 // installer unpacks a wheel into the uv cache, and while it copies it into
