@@ -26,6 +26,7 @@ type EnvironmentBuilderConfig struct {
 	BuildTimeout          Duration            `yaml:"build_timeout" doc:"Wall-clock limit of one build; a build over it is killed and leaves nothing behind."`
 	MaxImageSize          Size                `yaml:"max_image_size" doc:"Largest layer a build may add to its base image (uncompressed)."`
 	BuildMemory           Size                `yaml:"build_memory" doc:"Memory limit of a build sandbox (the installer, and /tmp, which is memory)."`
+	Installer             string              `yaml:"installer" doc:"What builds install with: auto (uv when it is on the host's PATH, else pip), uv (the host's static uv, mounted read-only; an error at start when there is none) or pip (python3 -m pip of the base image, which must have pip: build one with uv first, e.g. an environment of pip, and use it as the base)."`
 	Scanner               string              `yaml:"scanner" doc:"Vulnerability scanner run on each new environment: auto (pip-audit, trivy or grype, whichever is on PATH), none, one of those names, or the absolute path of one. A critical finding (or, from pip-audit, any finding: it gives no severity) rejects the build, naming it."`
 	GCAge                 Duration            `yaml:"gc_age" doc:"forge gc removes environments unused for this long; 0 keeps them."`
 }

@@ -233,6 +233,9 @@ func (c *Config) validateBuilder(p *problems) {
 			p.add(base+"index_url", "must be an http(s) URL of a PEP 503 simple index, got %q", b.IndexURL)
 		}
 	}
+	if !slices.Contains([]string{"auto", "uv", "pip"}, b.Installer) {
+		p.add(base+"installer", "must be auto, uv or pip, got %q", b.Installer)
+	}
 	switch sc := b.Scanner; {
 	case slices.Contains([]string{"auto", "none", "pip-audit", "trivy", "grype"}, sc):
 	case filepath.IsAbs(sc) && slices.Contains([]string{"pip-audit", "trivy", "grype"}, filepath.Base(sc)):

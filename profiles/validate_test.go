@@ -62,6 +62,7 @@ func TestValidate(t *testing.T) {
 		{"audit backups", func(c *Config) { c.Security.AuditMaxBackups = -1 }, "security.audit_max_backups: must be >= 0", nil},
 		{"builder without packages", func(c *Config) { c.EnvironmentBuilder.Enabled = true }, "environment_builder.allowed_packages: must not be empty", nil},
 		{"build timeout", func(c *Config) { c.EnvironmentBuilder.BuildTimeout = 0 }, "environment_builder.build_timeout: must be > 0", nil},
+		{"installer", func(c *Config) { c.EnvironmentBuilder.Installer = "conda" }, "environment_builder.installer: must be auto, uv or pip, got \"conda\"", nil},
 		{"tool without command", func(c *Config) { c.MCPTools["gh"] = tool("") }, "mcp_tools.gh.command: must not be empty", nil},
 		{"tool name not identifier", func(c *Config) { c.MCPTools["my-gh"] = tool("x") }, `mcp_tools.my-gh.prefix: "my-gh" is not a Python identifier`, nil},
 		{"tool bad name", func(c *Config) { c.MCPTools["a b"] = tool("x") }, "mcp_tools.a b: name must be", nil},

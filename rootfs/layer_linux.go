@@ -463,6 +463,13 @@ func (s *Store) removeAbandonedScratch(rep *Report) error {
 	return errors.Join(errs...)
 }
 
+// LayerCount is the number of layers in the store (tests check that a
+// failed commit left none).
+func (s *Store) LayerCount() (int, error) {
+	ls, err := s.store.Layers()
+	return len(ls), err
+}
+
 // ScratchCount is the number of build containers in the store (tests check
 // that a failed build leaves none).
 func (s *Store) ScratchCount() (int, error) {

@@ -40,12 +40,15 @@ type Options struct {
 
 // Image describes an image in the store.
 type Image struct {
-	ID      string            `json:"id"`
-	Names   []string          `json:"names"`
-	Size    int64             `json:"size"`
-	Created time.Time         `json:"created"`
-	Digest  string            `json:"digest"`
-	Labels  map[string]string `json:"labels,omitempty"`
+	ID    string   `json:"id"`
+	Names []string `json:"names"`
+	Size  int64    `json:"size"`
+	// LayerSize is the size of the image's top layer alone (for an
+	// environment, what the build added to its base).
+	LayerSize int64             `json:"layer_size"`
+	Created   time.Time         `json:"created"`
+	Digest    string            `json:"digest"`
+	Labels    map[string]string `json:"labels,omitempty"`
 }
 
 // Store is forge's image store. It is safe for concurrent use, and several
@@ -159,7 +162,7 @@ func open(ctx context.Context, stateDir string, opts Options) (_ *Store, retErr 
 	}
 	s.store, err = storage.GetStore(storage.StoreOptions{
 		RunRoot:            filepath.Join(stateDir, "run", "storage"),
-		GraphRoot:          filepath.Join(stateDir, "storage"),
+		GraphRoot:          filepath.Join(stateDir, "storage"), // StorageDir
 		GraphDriverName:    "overlay",
 		GraphDriverOptions: driverOpts,
 	})
@@ -187,6 +190,12 @@ func open(ctx context.Context, stateDir string, opts Options) (_ *Store, retErr 
 // makeDirs creates the state layout. Directories on the way to the shared
 // mounts are 0711: the sandbox's root (an unprivileged host uid) must be
 // able to traverse them, but not list them.
+// StorageDir is where the store keeps images and layers (StateDir/storage).
+func (s *Store) StorageDir() string { return filepath.Join(s.stateDir, "storage") }
+
+// TempDir is this process's temp dir for blobs and layer diffs.
+func (s *Store) TempDir() string { return s.tmpDir }
+
 func (s *Store) makeDirs() error {
 	for _, d := range []string{s.stateDir, filepath.Dir(s.runDir), s.runDir, filepath.Join(s.runDir, "rootfs"),
 		filepath.Join(s.runDir, "images"), s.tmpDir, filepath.Join(s.stateDir, "cache")} {
@@ -321,8 +330,9 @@ func (s *Store) lookup(name string) (*storage.Image, string, error) {
 }
 
 type imageMeta struct {
-	labels map[string]string
-	size   int64
+	labels    map[string]string
+	size      int64
+	layerSize int64
 }
 
 // describe converts a storage image, reading labels from its config once.
@@ -343,7 +353,7 @@ func (s *Store) describe(img *storage.Image) Image {
 		}
 	}
 	return Image{
-		ID: img.ID, Names: names, Size: meta.size, Created: img.Created,
+		ID: img.ID, Names: names, Size: meta.size, LayerSize: meta.layerSize, Created: img.Created,
 		Digest: img.Digest.String(), Labels: meta.labels,
 	}
 }
@@ -352,6 +362,13 @@ func (s *Store) readMeta(img *storage.Image) imageMeta {
 	var meta imageMeta
 	if size, err := s.store.ImageSize(img.ID); err == nil {
 		meta.size = size
+	}
+	if img.TopLayer != "" {
+		if l, err := s.store.Layer(img.TopLayer); err == nil && l.UncompressedSize > 0 {
+			meta.layerSize = l.UncompressedSize
+		} else if n, err := s.store.LayerSize(img.TopLayer); err == nil && n > 0 {
+			meta.layerSize = n
+		}
 	}
 	blob, err := s.store.ImageBigData(img.ID, storage.ImageDigestBigDataKey)
 	if err != nil {

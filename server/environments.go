@@ -152,7 +152,7 @@ func (s *Server) buildError(err error) *mcp.CallToolResult {
 		return mcp.NewToolResultError("Not built: " + err.Error() + ".")
 	case errors.As(err, &refused):
 		return mcp.NewToolResultError("Build refused: " + strings.TrimPrefix(refused.Error(), engine.ErrInvalidRequest.Error()+": "))
-	case errors.Is(err, build.ErrTimeout), errors.Is(err, build.ErrInstall):
+	case errors.Is(err, build.ErrTimeout), errors.Is(err, build.ErrInstall), errors.Is(err, build.ErrNoSpace):
 		return mcp.NewToolResultError("Build failed: " + err.Error())
 	case errors.Is(err, context.Canceled):
 		return mcp.NewToolResultError("The build was cancelled before it finished; nothing was kept.")

@@ -163,10 +163,11 @@ func envLs(ctx context.Context, g *globals, args []string) error {
 		return json.NewEncoder(g.stdout).Encode(list)
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIMAGE\tPACKAGES\tBASE\tSIZE\tLAST USED")
+	// ADDED is the environment's own layer, TOTAL the image with its base.
+	fmt.Fprintln(tw, "NAME\tIMAGE\tPACKAGES\tBASE\tADDED\tTOTAL\tLAST USED")
 	for _, e := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.ID[:12], clipList(e.Requested, 40), e.BaseImage,
-			humanSize(e.Size), e.LastUsed.Local().Format("2006-01-02 15:04"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, e.ID[:12], clipList(e.Requested, 40), e.BaseImage,
+			humanSize(e.LayerSize), humanSize(e.Size), e.LastUsed.Local().Format("2006-01-02 15:04"))
 	}
 	return tw.Flush()
 }

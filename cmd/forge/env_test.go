@@ -45,9 +45,29 @@ func TestEnvCommands(t *testing.T) {
 	var list []struct {
 		Name      string   `json:"name"`
 		Requested []string `json:"requested"`
+		Size      int64    `json:"size"`
+		LayerSize int64    `json:"layer_size"`
 	}
 	if code != exitOK || json.Unmarshal([]byte(stdout), &list) != nil || !strings.Contains(stdout, `"`+name+`"`) {
 		t.Errorf("env ls --json: exit %d %q", code, stdout)
+	}
+	// The environment adds one small wheel to a base of tens of MB: its
+	// layer is a tiny part of the image, and both are shown.
+	for _, e := range list {
+		if e.Name == name && (e.LayerSize <= 0 || e.LayerSize > 1<<20 || e.Size < 10<<20) {
+			t.Errorf("env ls --json: %s has layer_size %d and size %d, want a layer of a few KB in an image of tens of MB", name, e.LayerSize, e.Size)
+		}
+	}
+	code, stdout, _ = forge(t, "", "env", "ls")
+	if code != exitOK || !strings.Contains(stdout, "ADDED") || !strings.Contains(stdout, "TOTAL") {
+		t.Errorf("env ls: exit %d %q, want ADDED and TOTAL columns", code, stdout)
+	}
+	for _, line := range strings.Split(stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == name {
+			if k, m := strings.Index(line, "KiB"), strings.Index(line, "MiB"); k < 0 || m < k {
+				t.Errorf("env ls: row %q, want the added layer in KiB, then the total in MiB", line)
+			}
+		}
 	}
 	if code, stdout, _ = forge(t, "", "env", "show", name); code != exitOK || !strings.Contains(stdout, `"forgetestpkg==1.0"`) {
 		t.Errorf("env show: exit %d %q", code, stdout)

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,12 +17,22 @@ import (
 // module has VALUE = value, as a build backend would.
 func MakeWheel(t testing.TB, dir, dist, version, value string) {
 	t.Helper()
+	MakeWheelWith(t, dir, dist, version, value, nil)
+}
+
+// MakeWheelWith is MakeWheel with more files in the module's directory
+// (name → content).
+func MakeWheelWith(t testing.TB, dir, dist, version, value string, extra map[string][]byte) {
+	t.Helper()
 	mod := strings.ReplaceAll(dist, "-", "_")
 	info := mod + "-" + version + ".dist-info"
 	files := []struct{ name, body string }{
 		{mod + "/__init__.py", fmt.Sprintf("VALUE = %q\n", value)},
 		{info + "/METADATA", fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", dist, version)},
 		{info + "/WHEEL", "Wheel-Version: 1.0\nGenerator: forge-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
+	}
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
+		files = append(files, struct{ name, body string }{mod + "/" + name, string(extra[name])})
 	}
 	f, err := os.Create(filepath.Join(dir, mod+"-"+version+"-py3-none-any.whl"))
 	if err != nil {

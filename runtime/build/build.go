@@ -54,6 +54,7 @@ type Options struct {
 	Seccomp *specs.LinuxSeccomp
 	// UV is the host path of the static uv binary; "" looks "uv" up in
 	// PATH, "none" never uses uv (builds fall back to python3 -m pip).
+	// environment_builder.installer pip overrides it.
 	UV string
 	// Proxy is the egress proxy builds reach the index through; nil
 	// means builds have no network (only offline builds work).
@@ -78,6 +79,7 @@ type Builder struct {
 	recent  map[string][]time.Time // build starts per principal, within the rate period
 	bases   map[string]*sync.Mutex // held while a build of that base image id runs
 	pythons map[string]string      // base image id → "3.11"
+	pips    map[string]bool        // base image id → whether it has pip
 	running map[string]bool        // image names being built
 }
 
@@ -99,14 +101,17 @@ func New(opts Options) (*Builder, error) {
 	}
 	b := &Builder{opts: opts, cfg: cfg, rules: rules, dir: filepath.Join(opts.Config.StateDir, "build"),
 		log: opts.Logger, slots: make(chan struct{}, max(cfg.MaxConcurrent, 1)),
-		recent: map[string][]time.Time{}, bases: map[string]*sync.Mutex{}, pythons: map[string]string{},
+		recent: map[string][]time.Time{}, bases: map[string]*sync.Mutex{}, pythons: map[string]string{}, pips: map[string]bool{},
 		running: map[string]bool{}}
-	switch opts.UV {
-	case "none":
-	case "":
+	switch {
+	case opts.UV == "none" || cfg.Installer == "pip":
+	case opts.UV == "":
 		b.uv, _ = exec.LookPath("uv")
 	default:
 		b.uv = opts.UV
+	}
+	if cfg.Installer == "uv" && b.uv == "" {
+		return nil, fmt.Errorf("%w: environment_builder.installer is uv, but there is no uv on PATH; install it (scripts/install-deps.sh does) or set the installer to auto or pip", ErrInvalid)
 	}
 	if b.uv != "" {
 		if b.uv, err = filepath.Abs(b.uv); err != nil {
@@ -243,6 +248,14 @@ func (b *Builder) Build(ctx context.Context, req Request) (*Result, error) {
 		b.complete(req, res)
 		return res, nil
 	}
+	if b.uv == "" {
+		// A cache hit needs no pip; a build does, before it starts.
+		if err := b.checkPip(ctx, &p.base, p.req.BaseImage, p.python); err != nil {
+			b.opts.Audit.Log(audit.Event{Event: audit.EventBuildRefused, Severity: audit.SeverityWarning,
+				Principal: req.Principal, Client: req.Client, Reason: clip(err.Error(), 500)})
+			return nil, err
+		}
+	}
 	release, err := b.admit(req.Principal, p.image)
 	if err != nil {
 		b.opts.Audit.Log(audit.Event{Event: audit.EventBuildRefused, Severity: audit.SeverityWarning,
@@ -374,6 +387,50 @@ func (b *Builder) resolveBase(ctx context.Context, p *plan) error {
 	p.req.BaseImage = base
 	p.python, err = b.pythonOf(ctx, img)
 	return err
+}
+
+// checkPip refuses, before any sandbox starts, a pip build on a base
+// image without pip (Debian's minimal images have none).
+func (b *Builder) checkPip(ctx context.Context, img *rootfs.Image, name, python string) error {
+	b.mu.Lock()
+	ok, known := b.pips[img.ID]
+	b.mu.Unlock()
+	if !known {
+		fs, err := b.opts.Store.Acquire(ctx, img.ID)
+		if err != nil {
+			return err
+		}
+		ok = pipIn(fs.Path(), python)
+		fs.Release()
+		b.mu.Lock()
+		b.pips[img.ID] = ok
+		b.mu.Unlock()
+	}
+	if ok {
+		return nil
+	}
+	why := "environment_builder.installer is pip"
+	if b.cfg.Installer != "pip" {
+		why = "there is no uv on the host, so environment_builder.installer auto means pip"
+	}
+	return fmt.Errorf("%w: base image %q has no pip for python%s, and %s: build an environment of pip first (forge env build NAME pip) and use it as the base, or set environment_builder.installer to uv",
+		ErrInvalid, clip(name, 200), python, why)
+}
+
+// pipIn tells whether the image's Python can run python3 -m pip: pip in
+// one of the directories Debian's and python.org's Pythons import from.
+func pipIn(root, python string) bool {
+	for _, dir := range []string{"/usr/local/lib/python" + python + "/dist-packages", "/usr/local/lib/python" + python + "/site-packages",
+		"/usr/lib/python3/dist-packages", "/usr/lib/python" + python + "/site-packages"} {
+		p, err := securejoin.SecureJoin(root, dir+"/pip/__main__.py")
+		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return true
+		}
+	}
+	return false
 }
 
 // lookup finds the principal's environment with the plan's hash, the one
@@ -546,13 +603,13 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	// server) use the same cache: hold its lock file too.
 	unlock, err := lockFile(ctx, b.cacheDir(p)+".lock")
 	if err != nil {
-		return nil, b.timedOut(ctx, timeout, fmt.Errorf("waiting for the uv cache: %w", err))
+		return nil, b.timedOut(ctx, timeout, b.noSpace(fmt.Errorf("waiting for the uv cache: %w", err), b.dir))
 	}
 	defer unlock()
 	p.req.progress(1, "preparing a writable layer on %s", p.req.BaseImage)
 	scratch, err := b.opts.Store.NewScratch(ctx, p.base.ID)
 	if err != nil {
-		return nil, err
+		return nil, b.noSpace(err, b.opts.Store.StorageDir())
 	}
 	defer func() {
 		if err := scratch.Discard(); err != nil {
@@ -561,12 +618,15 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	}()
 	sb, target, _, err := b.startSandbox(ctx, p, scratch)
 	if err != nil {
-		return nil, b.timedOut(ctx, timeout, err)
+		return nil, b.timedOut(ctx, timeout, b.noSpace(err, b.opts.Config.StateDir))
 	}
 	defer sb.Destroy()
 	p.req.progress(2, "installing %d package(s) with %s", len(p.specs), b.Installer())
 	installed, err := b.install(ctx, p, sb)
 	if err != nil {
+		if ie := (*InstallError)(nil); errors.As(err, &ie) {
+			err = b.installNoSpace(ie, p)
+		}
 		return nil, b.timedOut(ctx, timeout, err)
 	}
 	// Nothing of the sandbox may run while its files are handed to root.
@@ -574,7 +634,7 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 		return nil, err
 	}
 	if err := chownTree(target, 0, 0); err != nil {
-		return nil, fmt.Errorf("handing the installed files to root: %w", err)
+		return nil, b.noSpace(fmt.Errorf("handing the installed files to root: %w", err), b.opts.Store.StorageDir())
 	}
 	p.req.progress(3, "scanning")
 	scan, err := b.scan(ctx, installed, target)
@@ -592,9 +652,9 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 		return nil, fmt.Errorf("%w: %w (environment_builder.max_image_size)", ErrTooLarge, err)
 	}
 	if err != nil {
-		return nil, b.timedOut(ctx, timeout, err)
+		return nil, b.timedOut(ctx, timeout, b.noSpace(err, b.opts.Store.StorageDir()))
 	}
-	env.ID, env.Size = img.ID, img.Size
+	env.ID, env.Size, env.LayerSize = img.ID, img.Size, img.LayerSize
 	return env, nil
 }
 

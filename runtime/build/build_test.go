@@ -14,12 +14,16 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/internal/testenv"
@@ -210,6 +214,225 @@ func TestBuildFromPyPI(t *testing.T) {
 		if out.SessionID != nil {
 			eng.DestroySession(ctx, local, *out.SessionID)
 		}
+	}
+}
+
+// pyPIConfig configures builds from the real index through the egress
+// proxy, with installer as environment_builder.installer.
+func pyPIConfig(installer string) func(*profiles.Config) {
+	return func(c *profiles.Config) {
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.AllowedPackages, b.CABundle, b.Installer = true, []string{"*"}, hostCABundle(), installer
+	}
+}
+
+// pipBaseName is an environment of pip, built with uv from the real index
+// and kept: its content hash does not change between runs, so a rerun on
+// the same store is a cache hit (a fresh store, as in CI, builds it).
+const pipBaseName = "t-pip-base"
+
+// TestBuildWithPip is the pip fallback, for real: uv installs pip from the
+// real index into an environment; a build on that environment with
+// environment_builder.installer pip installs a small pure-Python package
+// with the base's own python3 -m pip, from the real index through the same
+// egress proxy (the build sandbox has no other network).
+func TestBuildWithPip(t *testing.T) {
+	ctx := context.Background()
+	uvEng := testenv.Engine(t, false, pyPIConfig("auto"))
+	if got := uvEng.Builder().Installer(); got != "uv" {
+		t.Fatalf("installer auto with uv on PATH is %q, want uv", got)
+	}
+	base, err := uvEng.BuildEnvironment(ctx, local, build.Request{Name: pipBaseName, Packages: []string{"pip==24.3.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.Installer != "uv" || !slices.Contains(base.Installed, build.Package{Name: "pip", Version: "24.3.1"}) {
+		t.Fatalf("pip base: installer %q installed %+v, want pip 24.3.1 by uv", base.Installer, base.Installed)
+	}
+	if err := uvEng.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	eng := testenv.Engine(t, false, pyPIConfig("pip"))
+	if got := eng.Builder().Installer(); got != "pip" {
+		t.Fatalf("installer pip: Installer() = %q", got)
+	}
+	// A base without pip is refused before anything starts, naming the
+	// setting.
+	_, err = eng.BuildEnvironment(ctx, local, build.Request{Name: uniqueName("t-nopip"), Packages: []string{"six==1.17.0"}})
+	if !errors.Is(err, build.ErrInvalid) || !strings.Contains(err.Error(), "has no pip") ||
+		!strings.Contains(err.Error(), "environment_builder.installer") || !strings.Contains(err.Error(), testenv.BaseImage) {
+		t.Errorf("pip build on %s: %v, want ErrInvalid naming the image and environment_builder.installer", testenv.BaseImage, err)
+	}
+	nothingLeft(t, eng)
+
+	name := uniqueName("t-pip")
+	removeEnv(t, eng, name)
+	res, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"six==1.17.0"}, BaseImage: base.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cached || res.Installer != "pip" {
+		t.Errorf("cached %v installer %q, want a new build by pip", res.Cached, res.Installer)
+	}
+	for _, want := range []build.Package{{Name: "six", Version: "1.17.0"}, {Name: "pip", Version: "24.3.1"}} {
+		if !slices.Contains(res.Installed, want) {
+			t.Errorf("installed %+v, want %v among them", res.Installed, want)
+		}
+	}
+	img, err := eng.Store().Lookup(ctx, res.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Labels[build.LabelInstaller] != "pip" || !strings.Contains(img.Labels[build.LabelInstalled], `{"name":"six","version":"1.17.0"}`) ||
+		img.Labels[build.LabelRequested] != `["six==1.17.0"]` || img.Labels[build.LabelBase] != base.Image {
+		t.Errorf("labels %v, want installer pip, six 1.17.0 installed and requested, base %s", img.Labels, base.Image)
+	}
+	out, err := eng.Execute(ctx, engine.Request{Principal: local, Image: name,
+		Code: "import six, pip\nprint(six.__version__, pip.__version__, six.__file__)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(out.Stdout); !out.Success || len(f) != 3 || f[0] != "1.17.0" || f[1] != "24.3.1" || !strings.Contains(f[2], "/dist-packages/") {
+		t.Errorf("run in %s: %+v, want six 1.17.0 and pip 24.3.1 from dist-packages", name, out)
+	}
+}
+
+// TestInstallerUVMissing: installer uv without a uv is an error at start
+// naming the setting; pip never looks for uv.
+func TestInstallerUVMissing(t *testing.T) {
+	eng := testenv.Engine(t, false, nil)
+	cfg := *eng.Config()
+	cfg.EnvironmentBuilder.Installer = "uv"
+	_, err := build.New(build.Options{Store: eng.Store(), Config: &cfg, UV: "none"})
+	if !errors.Is(err, build.ErrInvalid) || !strings.Contains(err.Error(), "environment_builder.installer is uv") {
+		t.Errorf("installer uv, no uv: %v, want ErrInvalid naming environment_builder.installer", err)
+	}
+	cfg.EnvironmentBuilder.Installer = "pip"
+	b, err := build.New(build.Options{Store: eng.Store(), Config: &cfg})
+	if err != nil || b.Installer() != "pip" {
+		t.Errorf("installer pip with uv on PATH: %v, %v, want pip", b, err)
+	}
+}
+
+// TestBuildDiskFull builds on a state dir of its own, a small tmpfs filled
+// so that the build runs out of space: inside the build sandbox while the
+// installer unpacks a wheel into the uv cache, and while it copies it into
+// the scratch layer; on the host while the layer's diff goes to the
+// store's temp dir at commit. Each gets an error that names
+// the full place and the setting, and leaves nothing behind; with the
+// space back, the same build works.
+func TestBuildDiskFull(t *testing.T) {
+	testutil.RequiresRoot(t)
+	ctx := context.Background()
+	state := t.TempDir()
+	for _, d := range []string{filepath.Dir(state), state} {
+		os.Chmod(d, 0o711) // the sandbox's root traverses it
+	}
+	if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=400m,mode=0711"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(state, unix.MNT_DETACH) }) // after the engine's cleanup
+	// bin/forge imports the base image: the race-instrumented test binary
+	// took over a minute to unpack it here, bin/forge 6 s.
+	forge := filepath.Join(testenv.RepoRoot(), "bin", "forge")
+	if _, err := os.Stat(forge); err != nil {
+		t.Fatalf("%s missing (make build): %v", forge, err)
+	}
+	start := time.Now()
+	cmd := exec.Command(forge, "--state-dir", state, "image", "import", "oci:"+testutil.BaseImageLayout(t, testenv.BaseImage))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("importing the base image into %s: %v\n%s", state, err, out)
+	}
+	t.Logf("imported %s into a tmpfs in %s", testenv.BaseImage, time.Since(start).Round(time.Millisecond))
+	wheels := t.TempDir()
+	blob := make([]byte, 8<<20)
+	rand.Read(blob) // incompressible: the layer holds all of it
+	testenv.MakeWheelWith(t, wheels, "bigpkg", "1.0", "x", map[string][]byte{"blob.bin": blob})
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		c.StateDir = state
+		b := &c.EnvironmentBuilder
+		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"*"}
+	})
+	filler := filepath.Join(state, "filler")
+	fill := func(free int64) {
+		t.Helper()
+		os.Remove(filler)
+		var st unix.Statfs_t
+		if err := unix.Statfs(state, &st); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(st.Bavail)*st.Bsize-free); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layers, err := eng.Store().LayerCount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		step  string
+		free  int64
+		where string
+	}{
+		// 1 MiB free: the 8 MiB wheel does not unpack into the uv cache.
+		{"unpack", 1 << 20, filepath.Join(state, "build", "cache")},
+		// 12 MiB free: it unpacks, its copy into the scratch layer does
+		// not fit.
+		{"install", 12 << 20, filepath.Join(state, "storage")},
+		// 20 MiB free: the install (8 MiB in the uv cache, 8 MiB in the
+		// layer) fits, the layer's 8 MiB diff in the temp dir does not.
+		{"diff", 20 << 20, filepath.Join(state, "tmp")},
+		// 28 MiB free: the diff fits, the stored layer does not.
+		{"commit", 28 << 20, filepath.Join(state, "storage")},
+	} {
+		t.Run(tc.step, func(t *testing.T) {
+			// Each step starts with an empty uv cache (an earlier one may
+			// have unpacked the wheel).
+			caches, _ := filepath.Glob(filepath.Join(state, "build", "cache", "*-local"))
+			for _, c := range caches {
+				if err := os.RemoveAll(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fill(tc.free)
+			name := uniqueName("t-full")
+			_, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"bigpkg"}})
+			var ns *build.NoSpaceError
+			if !errors.As(err, &ns) || !errors.Is(err, build.ErrNoSpace) {
+				t.Fatalf("got %v, want a full disk recognised", err)
+			}
+			t.Logf("%s: %v", tc.step, err)
+			for _, w := range []string{"no space left on the device holding", tc.where, "state_dir"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			nothingLeft(t, eng)
+			if _, err := eng.Store().Lookup(ctx, build.ImageName("local", name)); err == nil {
+				t.Errorf("the failed build left an image")
+			}
+			if n, err := eng.Store().LayerCount(); err != nil || n != layers {
+				t.Errorf("%d layers in the store (%v), want %d as before", n, err, layers)
+			}
+		})
+	}
+	os.Remove(filler)
+	name := uniqueName("t-full")
+	res, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"bigpkg"}})
+	if err != nil {
+		t.Fatalf("with the space back: %v", err)
+	}
+	if res.LayerSize < 8<<20 || res.LayerSize > 9<<20 {
+		t.Errorf("layer size %d, want the 8 MiB blob and a little", res.LayerSize)
+	}
+	if err := eng.RemoveEnvironment(ctx, local, name); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -94,7 +94,8 @@ type Environment struct {
 	Hash        string    `json:"hash"`
 	Built       time.Time `json:"built"`
 	LastUsed    time.Time `json:"last_used"`
-	Size        int64     `json:"size"`
+	Size        int64     `json:"size"`       // the whole image
+	LayerSize   int64     `json:"layer_size"` // what the build added to its base
 	Scan        string    `json:"scan"`
 	Installer   string    `json:"installer"`
 	// Approved are the packages a person approved for this build
@@ -116,7 +117,7 @@ func fromImage(img rootfs.Image, imageName string) (Environment, bool) {
 		return Environment{}, false
 	}
 	e := Environment{
-		Name: name, Image: imageName, ID: img.ID, Owner: owner, Size: img.Size,
+		Name: name, Image: imageName, ID: img.ID, Owner: owner, Size: img.Size, LayerSize: img.LayerSize,
 		Description: l[LabelDescription], Template: l[LabelTemplate], BaseImage: l[LabelBase],
 		BaseDigest: l[LabelBaseDigest], Python: l[LabelPython], Hash: l[LabelHash], Scan: l[LabelScan],
 		Installer: l[LabelInstaller], Requested: []string{}, Installed: []Package{},

@@ -36,6 +36,9 @@ var (
 	ErrTooLarge = errors.New("environment too large")
 	// ErrScan: the scanner found critical vulnerabilities.
 	ErrScan = errors.New("vulnerability scan rejected the environment")
+	// ErrNoSpace: a device the build writes to is full (ENOSPC) or over
+	// its quota (EDQUOT). It comes with a *NoSpaceError.
+	ErrNoSpace = errors.New("no space left on device")
 	// ErrDisabled: environment_builder.enabled is false.
 	ErrDisabled = errors.New("environment builds are disabled")
 )
@@ -75,3 +78,29 @@ func (e *InstallError) Unwrap() []error {
 	}
 	return []error{ErrInstall}
 }
+
+// NoSpaceError names the full device a build wrote to: the image store
+// (the scratch layer, the committed layer), the store's temp dir (the
+// layer's diff on its way in), the uv cache, or the build sandbox's /tmp.
+// It matches ErrNoSpace and the underlying error.
+type NoSpaceError struct {
+	What  string // "the image store", "the uv cache", ...
+	Path  string // a host path on the full device ("" for the sandbox's /tmp)
+	Hint  string // what to change besides freeing space
+	Quota bool   // EDQUOT rather than ENOSPC
+	Err   error
+}
+
+func (e *NoSpaceError) Error() string {
+	why := "no space left on the device holding"
+	if e.Quota {
+		why = "disk quota exceeded on the device holding"
+	}
+	where := e.What
+	if e.Path != "" {
+		where += " (" + e.Path + ")"
+	}
+	return fmt.Sprintf("%s %s; free space there or %s; nothing was kept: %v", why, where, e.Hint, e.Err)
+}
+
+func (e *NoSpaceError) Unwrap() []error { return []error{ErrNoSpace, e.Err} }

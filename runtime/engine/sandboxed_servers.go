@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/bridge"
+	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	pysdk "github.com/mcp-forge/forge/sdk/python"
 )
@@ -36,12 +37,24 @@ func (e *Engine) sandboxServers(servers map[string]bridge.ServerConfig, cfg map[
 
 func (e *Engine) spawner(name string, c profiles.MCPToolServer) bridge.SpawnFunc {
 	return func(ctx context.Context) (*bridge.Spawned, error) {
-		if err := e.CheckImage(c.Image); err != nil {
-			return nil, fmt.Errorf("mcp_tools.%s.image: %w", name, err)
-		}
 		image := c.Image
 		if image == "" {
 			image = e.cfg.Images.Default
+		}
+		// A bare name is a custom environment of the operator, whose
+		// configuration this is: the local principal's.
+		if build.ValidName(image) == nil {
+			img, err := e.builder.Resolve(ctx, LocalPrincipal.Tenant, image)
+			if err != nil {
+				return nil, fmt.Errorf("mcp_tools.%s.image: %w", name, err)
+			}
+			image = img
+		}
+		if err := e.CheckImage(image); err != nil {
+			return nil, fmt.Errorf("mcp_tools.%s.image: %w", name, err)
+		}
+		if isEnvironment(image) {
+			e.builder.Touch(image) // in use: forge gc keeps it
 		}
 		sdk, err := pysdk.Write(filepath.Join(e.cfg.StateDir, "hosted"))
 		if err != nil {
