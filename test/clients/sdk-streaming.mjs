@@ -11,6 +11,9 @@
 // for the sandbox's processes on the host).
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -142,5 +145,30 @@ test("no result is sent for a cancelled request (raw stdio)", async () => {
   } finally {
     p.stdin.end();
     await new Promise((r) => p.on("exit", r));
+  }
+});
+
+test("a call that waits for forge to start hears the image import as progress", async () => {
+  // A fresh state dir whose image comes from images.preload: the engine
+  // imports it after initialize, and a call meanwhile waits for it. The
+  // pool is off, so no sandbox starts.
+  const cache = process.env.FORGE_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "forge");
+  const layout = join(cache, "images", "forge_python_3.11");
+  const dir = mkdtempSync(join(tmpdir(), "forge-preload-"));
+  chmodSync(dir, 0o755);
+  const env = { ...process.env, FORGE_STATE_DIR: dir, FORGE_IMAGES_PRELOAD: `oci:${layout}`, FORGE_POOL_ENABLED: "false" };
+  const c = new Client({ name: "forge-preload-test", version: "1.0.0" });
+  try {
+    await c.connect(new StdioClientTransport({ command: forge, args: ["serve"], env, stderr: "ignore" }));
+    const notes = [];
+    const res = await c.callTool({ name: "list_sessions", arguments: {} }, undefined,
+      { timeout: 120000, onprogress: (p) => notes.push(p.message ?? "") });
+    assert.notEqual(res.isError, true, JSON.stringify(res.content));
+    const imports = notes.filter((m) => /^forge is starting: importing oci:.*blob sha256:[0-9a-f]{12}/.test(m));
+    assert.ok(imports.length >= 1, `no progress named the import: ${JSON.stringify(notes)}`);
+    console.log(`# preload: ${notes.length} progress notifications while the call waited, ${imports.length} naming the import`);
+  } finally {
+    await c.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
