@@ -4,9 +4,10 @@ import (
 	"errors"
 	"math"
 	"math/big"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/mcp-forge/forge/internal/lazyre"
 )
 
 const (
@@ -23,7 +24,7 @@ const (
 )
 
 var (
-	sizeRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)$`)
+	sizeRE = lazyre.New(`^([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)$`)
 	units  = map[string]int64{
 		"": 1, "b": 1,
 		"k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,

@@ -3,9 +3,10 @@ package profiles
 import (
 	"fmt"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/mcp-forge/forge/internal/lazyre"
 )
 
 // Scopes a bearer token may carry. admin implies every other one.
@@ -21,8 +22,8 @@ const (
 var AllScopes = []string{ScopeExecute, ScopeSessions, ScopeEnvironments, ScopeTools, ScopeAdmin}
 
 var (
-	tenantRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	tenantRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	sha256RE = lazyre.New(`^[0-9a-f]{64}$`)
 )
 
 // AuthConfig is how HTTP clients prove who they are.

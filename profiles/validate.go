@@ -9,16 +9,17 @@ import (
 	"net/url"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/mcp-forge/forge/internal/lazyre"
 )
 
 var (
-	identRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	moduleRE     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
-	entryNameRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	identRE      = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	moduleRE     = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	entryNameRE  = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 	maxMappedUID = uint64(1)<<32 - 2 // uid 4294967295 is (uid_t)-1, never valid
 )
 
@@ -261,7 +262,7 @@ func (c *Config) validateBuilder(p *problems) {
 
 // envNameRE is what an environment or template name may be: it becomes an
 // image tag (forge/custom:NAME).
-var envNameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+var envNameRE = lazyre.New(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 
 // ValidEnvironmentName reports whether name can name an environment or a
 // template: letters, digits and hyphens, at most 63 characters, not

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -76,8 +75,8 @@ func (s *Store) Pull(ctx context.Context, ref string) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d := time.Since(start); d > time.Second && s.progress != nil {
-		fmt.Fprintf(s.progress, "imported %s as %s in %s\n", ref, img.ID[:12], d.Round(100*time.Millisecond))
+	if s.progress != nil {
+		fmt.Fprintf(s.progress, "imported %s as %s in %s\n", ref, img.ID[:12], time.Since(start).Round(100*time.Millisecond))
 	}
 	s.log.Debug("image imported", "ref", ref, "id", img.ID, "elapsed", time.Since(start))
 	return img, nil
@@ -127,13 +126,20 @@ func (s *Store) copyIn(ctx context.Context, srcRef types.ImageReference, ref str
 		s.importing--
 		s.mu.Unlock()
 	}()
-	report := newDelayedWriter(s.progress, time.Second)
+	events := make(chan types.ProgressProperties)
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		reportImport(s.progress, ref, events)
+	}()
 	_, err = copy.Image(ctx, s.policy, destRef, srcRef, &copy.Options{
-		ReportWriter:   report,
-		SourceCtx:      s.sys,
-		DestinationCtx: s.sys,
+		Progress:         events,
+		ProgressInterval: progressInterval,
+		SourceCtx:        s.sys,
+		DestinationCtx:   s.sys,
 	})
-	report.Close()
+	close(events)
+	<-reported
 	if err != nil {
 		s.rollback(placeholder.String(), layersBefore)
 		return nil, classifyPullError(srcRef, ref, err)
@@ -378,48 +384,4 @@ func (s *Store) Bootstrap(ctx context.Context, opts BootstrapOptions) (*Image, e
 		return nil, err
 	}
 	return s.Pull(ctx, "oci:"+dir+":"+opts.Name)
-}
-
-// delayedWriter holds output back until after has passed, so only slow
-// transfers print progress.
-type delayedWriter struct {
-	mu    sync.Mutex
-	w     io.Writer
-	start time.Time
-	after time.Duration
-	buf   []byte
-	live  bool
-}
-
-func newDelayedWriter(w io.Writer, after time.Duration) *delayedWriter {
-	if w == nil {
-		w = io.Discard
-	}
-	return &delayedWriter{w: w, start: time.Now(), after: after}
-}
-
-func (d *delayedWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.live {
-		d.buf = append(d.buf, p...)
-		if time.Since(d.start) < d.after {
-			return len(p), nil
-		}
-		d.live = true
-		p, d.buf = d.buf, nil
-	}
-	d.w.Write(p)
-	return n, nil
-}
-
-// Close flushes held-back output if the transfer turned out slow.
-func (d *delayedWriter) Close() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.live && time.Since(d.start) >= d.after {
-		d.w.Write(d.buf)
-	}
-	d.buf = nil
 }

@@ -31,8 +31,9 @@ type Options struct {
 	// (mounts, owner pids) in StateDir/run, temp blobs in StateDir/tmp and
 	// the blob-info cache in StateDir/cache.
 	StateDir string
-	// Progress receives human-readable progress lines of transfers that take
-	// longer than a second (nil = none).
+	// Progress receives human-readable progress lines of imports: each
+	// blob when it starts, its bytes every half second, when it is done
+	// (nil = none). An image already present prints nothing.
 	Progress io.Writer
 	// Logger gets debug lines of each step (nil = discard).
 	Logger *slog.Logger

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/server/rest"
 )
 
@@ -22,6 +25,11 @@ type Deferred struct {
 	cfg   *profiles.Config
 	ready chan struct{}
 	err   error
+
+	// mu guards watchers: the progress callbacks of the calls that wait.
+	mu       sync.Mutex
+	watchers map[int]func(string)
+	next     int
 }
 
 // NewDeferred is an engine of configuration cfg that is not open yet.
@@ -55,6 +63,45 @@ func (d *Deferred) Wait(ctx context.Context) error {
 	}
 }
 
+// Write takes the engine's progress lines while it opens (images.preload
+// importing an image, say) and hands each to the calls waiting with a
+// progressToken, so that their clients see why the call waits. The engine
+// writes them as well to `forge serve`'s stderr.
+func (d *Deferred) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	watchers := make([]func(string), 0, len(d.watchers))
+	for _, w := range d.watchers {
+		watchers = append(watchers, w)
+	}
+	d.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimSpace(string(p)), "\n") {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		for _, w := range watchers {
+			w(line)
+		}
+	}
+	return len(p), nil
+}
+
+// watch calls fn with each progress line until the returned func is called.
+func (d *Deferred) watch(fn func(string)) func() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.watchers == nil {
+		d.watchers = map[int]func(string){}
+	}
+	id := d.next
+	d.next++
+	d.watchers[id] = fn
+	return func() {
+		d.mu.Lock()
+		delete(d.watchers, id)
+		d.mu.Unlock()
+	}
+}
+
 // Opened reports, without waiting, whether the engine is open.
 func (d *Deferred) Opened() bool {
 	select {
@@ -69,6 +116,7 @@ func (d *Deferred) Opened() bool {
 type waiter interface {
 	Wait(context.Context) error
 	Opened() bool
+	watch(func(string)) func()
 }
 
 // readyHTTP holds a REST request until the engine is open (503 problem if
@@ -94,6 +142,20 @@ func (s *Server) readyTools(next mcpserver.ToolHandlerFunc) mcpserver.ToolHandle
 		return next
 	}
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if !w.Opened() {
+			// A call with a progressToken hears what the engine is doing
+			// (an image import can take a while), and the heartbeat.
+			if report, stop := s.progress(ctx, req); report != nil {
+				unwatch := w.watch(func(line string) { report(engine.Progress{Message: "forge is starting: " + line}) })
+				err := w.Wait(ctx)
+				unwatch()
+				stop()
+				if err != nil {
+					return mcp.NewToolResultError(err.Error()), nil
+				}
+				return next(ctx, req)
+			}
+		}
 		if err := w.Wait(ctx); err != nil {
 			return mcp.NewToolResultError(err.Error()), nil
 		}

@@ -49,24 +49,15 @@ const (
 	spillDir = ".forge/output"
 )
 
-// compactResult is execute_python's structuredContent (outputSchema).
+// compactResult is execute_python's structuredContent (outputSchema): the
+// ExecutionResult's fields, capped by compact, with display items as
+// references (its Display shadows kernel.Result's, which encoding/json
+// then leaves out) and the files output was saved to.
 type compactResult struct {
-	Success         bool              `json:"success"`
-	Stdout          string            `json:"stdout"`
-	Stderr          string            `json:"stderr"`
-	Result          any               `json:"result"`
-	Display         []displayRef      `json:"display"`
-	DisplayOmitted  int               `json:"display_omitted,omitempty"`
-	Error           *kernel.ExecError `json:"error"`
-	ExitCode        int               `json:"exit_code"`
-	TimedOut        bool              `json:"timed_out"`
-	OOMKilled       bool              `json:"oom_killed"`
-	Truncated       bool              `json:"truncated"`
-	ExecutionTimeMS float64           `json:"execution_time_ms"`
-	MemoryPeakBytes uint64            `json:"memory_peak_bytes"`
-	SessionID       *string           `json:"session_id"`
-	Notes           []string          `json:"notes,omitempty"`
-	Files           []outputFile      `json:"files,omitempty"`
+	kernel.Result
+	Display        []displayRef `json:"display"`
+	DisplayOmitted int          `json:"display_omitted,omitempty"`
+	Files          []outputFile `json:"files,omitempty"`
 }
 
 // displayRef is one display item in structuredContent: images by their
@@ -164,11 +155,11 @@ func renderCompact(r *kernel.Result, files []outputFile) *mcp.CallToolResult {
 
 // compact is r with every field capped (see the struct* constants).
 func compact(r *kernel.Result, files []outputFile) *compactResult {
-	sc := &compactResult{
+	sc := &compactResult{Result: kernel.Result{
 		Success: r.Success, ExitCode: r.ExitCode, TimedOut: r.TimedOut, OOMKilled: r.OOMKilled,
 		ExecutionTimeMS: r.ExecutionTimeMS, MemoryPeakBytes: r.MemoryPeakBytes, SessionID: r.SessionID,
-		Display: []displayRef{}, Files: files, Result: r.Result,
-	}
+		Result: r.Result,
+	}, Display: []displayRef{}, Files: files}
 	var cut bool
 	sc.Stdout, cut = clipMiddle(r.Stdout, structStdoutCap)
 	sc.Truncated = r.Truncated || cut
@@ -176,7 +167,7 @@ func compact(r *kernel.Result, files []outputFile) *compactResult {
 	sc.Truncated = sc.Truncated || cut
 	if r.Result != nil {
 		if v := formatValue(r.Result); len(v) > structResultCap {
-			sc.Result, _ = clipHead(v, structResultCap)
+			sc.Result.Result, _ = clipHead(v, structResultCap)
 			sc.Truncated = true
 		}
 	}

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/mcp-forge/forge/runtime/kernel"
 )
@@ -88,5 +90,67 @@ func TestStructuredBound(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(sc.Notes, "\n"), "/workspace/"+spillDir) {
 		t.Errorf("notes do not say where stdout was saved: %q", sc.Notes)
+	}
+}
+
+// compactResult embeds kernel.Result for the fields they share: its JSON is
+// exactly the outputSchema's, every property present for a full result (so
+// none is lost or renamed, and kernel.Result's base64 display, which the
+// compact one shadows, never appears), and valid against the schema.
+func TestStructuredMatchesOutputSchema(t *testing.T) {
+	id := "s1"
+	r := &kernel.Result{Success: false, Stdout: "out", Stderr: "err", Result: 3,
+		Display: []kernel.Display{{MimeType: "image/png", Data: "iVBORw0KGgo="}, {MimeType: "text/html", Data: "<b>x</b>"}},
+		Error:   &kernel.ExecError{Type: "ValueError", Message: "m", Traceback: "tb", Line: 2}, ExitCode: 1,
+		TimedOut: true, OOMKilled: true, Truncated: true, ExecutionTimeMS: 1.5, MemoryPeakBytes: 7, SessionID: &id,
+		Notes: []string{"n"}, Variables: 4}
+	sc := compact(r, []outputFile{{Stream: "stdout", Path: "p", Bytes: 9, URI: "u"}})
+	sc.DisplayOmitted = 1
+	b, err := json.Marshal(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	var schema struct{ Properties map[string]any }
+	if err := json.Unmarshal(outputSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	for k := range schema.Properties {
+		if _, ok := got[k]; !ok {
+			t.Errorf("structuredContent lacks %q: %s", k, b)
+		}
+	}
+	for k := range got {
+		if _, ok := schema.Properties[k]; !ok {
+			t.Errorf("structuredContent has %q, which outputSchema does not declare: %s", k, b)
+		}
+	}
+	if strings.Contains(string(b), "iVBORw0KGgo=") {
+		t.Errorf("structuredContent carries the image's bytes: %s", b)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(outputSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("output.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("output.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []*kernel.Result{r, {Success: true}} {
+		b, _ := json.Marshal(compact(res, nil))
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sch.Validate(inst); err != nil {
+			t.Errorf("structuredContent %s does not validate against outputSchema: %v", b, err)
+		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +136,45 @@ func importBase(t *testing.T) {
 	layout := testutil.BaseImageLayout(t, testenv.BaseImage)
 	if code, _, stderr := forge(t, "", "image", "import", "oci:"+layout); code != exitOK {
 		t.Fatalf("import: exit %d %s", code, stderr)
+	}
+}
+
+// forge image import prints its progress on stderr: each blob when it
+// starts, its bytes while it is read (at most every half second), when it
+// is done, and the imported image; stdout keeps only the result.
+func TestImportProgress(t *testing.T) {
+	testutil.RequiresRoot(t)
+	layout := testutil.BaseImageLayout(t, testenv.BaseImage)
+	// The built binary, not run(): under -race the import takes a minute.
+	// A store of its own: in the shared one the image is present, and an
+	// import of a present image prints nothing.
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), filepath.Join(testenv.RepoRoot(), "bin", "forge"),
+		"--state-dir", t.TempDir(), "image", "import", "oci:"+layout)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("import: %v %s", err, errb.String())
+	}
+	var started, read, done, imported int
+	for _, line := range strings.Split(strings.TrimSpace(errb.String()), "\n") {
+		switch {
+		case !strings.HasPrefix(line, "importing oci:"+layout+": ") && !strings.HasPrefix(line, "imported "):
+			t.Errorf("stderr line %q is not an import progress line", line)
+		case strings.HasSuffix(line, "MiB)") && strings.Contains(line, ": started ("):
+			started++
+		case strings.Contains(line, " %)"):
+			read++
+		case strings.Contains(line, ": done ("):
+			done++
+		case strings.HasPrefix(line, "imported oci:"+layout+" as "):
+			imported++
+		}
+	}
+	// The base image has one layer and a config.
+	if started < 2 || read < 1 || done < 2 || imported != 1 {
+		t.Errorf("got %d started, %d read, %d done, %d imported lines, want >= 2, >= 1, >= 2, 1:\n%s", started, read, done, imported, errb.String())
+	}
+	if strings.Contains(out.String(), "importing") {
+		t.Errorf("progress on stdout: %q", out.String())
 	}
 }

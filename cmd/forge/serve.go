@@ -120,7 +120,9 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		Auth: authn, Tenants: tenant.New(cfg.Server.Tenants), Metrics: met.Handler(), OnLimited: met.Limited})
 	openEngine := func() (*engine.Engine, error) {
 		startgc.Restore()
-		eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: g.stderr, Observer: met})
+		// Progress lines (images.preload importing) go to stderr and to the
+		// tool calls that wait for the engine with a progressToken.
+		eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Audit: auditLog, Progress: io.MultiWriter(g.stderr, deferred), Observer: met})
 		if err != nil {
 			deferred.Resolve(nil, err)
 			return nil, err

@@ -27,7 +27,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +38,7 @@ import (
 
 	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/internal/audit"
+	"github.com/mcp-forge/forge/internal/lazyre"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/build/policy"
@@ -521,7 +521,7 @@ func (b *Builder) baseLock(id string) *sync.Mutex {
 	return m
 }
 
-var pythonLinkRE = regexp.MustCompile(`^(?:/usr/bin/)?python(3\.[0-9]{1,2})$`)
+var pythonLinkRE = lazyre.New(`^(?:/usr/bin/)?python(3\.[0-9]{1,2})$`)
 
 // pythonOf reads the base image's Python version from its /usr/bin/python3
 // link (Debian's python3 -> python3.11), without starting a sandbox.

@@ -5,10 +5,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/lazyre"
 	"github.com/mcp-forge/forge/rootfs"
 )
 
@@ -62,7 +62,7 @@ func principalKey(principal string) string {
 	return hex.EncodeToString(h[:4])
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
+var nameRE = lazyre.New(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 
 // ValidName checks an environment name: letters, digits and hyphens, at
 // most 63 characters (an image tag, and a DNS label).
@@ -159,8 +159,8 @@ const (
 )
 
 var (
-	distNameRE = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$`)
-	versionRE  = regexp.MustCompile(`^[A-Za-z0-9.+!_-]+$`)
+	distNameRE = lazyre.New(`^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$`)
+	versionRE  = lazyre.New(`^[A-Za-z0-9.+!_-]+$`)
 )
 
 // parseInstalled decodes `uv pip list --format json` (or pip's) from the

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 
+	"github.com/mcp-forge/forge/internal/lazyre"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
@@ -16,7 +16,7 @@ const (
 	maxEnvValueBytes = 4096
 )
 
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+var envNameRE = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // checkEnv validates the variables a request sets for its code.
 func checkEnv(env map[string]string) error {

@@ -11,12 +11,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/lazyre"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 )
@@ -38,7 +38,7 @@ var ErrSave = errors.New("save_tool")
 // values up to 64 KiB).
 const maxSavedSource = 60 << 10
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+var identRE = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
 
 // SavedTool is one saved function.
 type SavedTool struct {

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/lazyre"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
@@ -29,7 +29,7 @@ type Tool struct {
 }
 
 // toolNameRE is MCP's rule for tool names.
-var toolNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+var toolNameRE = lazyre.New(`^[A-Za-z0-9_.-]{1,128}$`)
 
 // maxDescription caps a tool's description.
 const maxDescription = 16 << 10

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
+	"github.com/mcp-forge/forge/internal/lazyre"
 	"github.com/mcp-forge/forge/runtime/kernel"
 )
 
@@ -28,7 +28,7 @@ import (
 // bytecodeLimit bounds the .pyc read back from the compiling sandbox.
 const bytecodeLimit = 1 << 20
 
-var imageIDPattern = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
+var imageIDPattern = lazyre.New(`^[0-9a-f]{12,64}$`)
 
 // compileAgentCode runs in the compiling sandbox; the agent's read_file then
 // returns /workspace/agent.pyc. The file name recorded in the code objects is

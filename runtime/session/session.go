@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -30,6 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mcp-forge/forge/internal/lazyre"
 	"github.com/mcp-forge/forge/internal/proc"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
@@ -153,7 +153,7 @@ type Session struct {
 	gone bool     // destroyed or hibernated: drop and look up again
 }
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var idRE = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ValidID checks a session id.
 func ValidID(id string) error {

@@ -8,32 +8,14 @@
 // Environment: FORGE_STATE_DIR, passed on to forge. Needs root (it looks for
 // the sandbox's processes on the host).
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
+import { spawn } from "node:child_process";
 import { test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { hostProcess, progressAndCancelTests, within } from "./streaming-shared.mjs";
 
 const forge = process.env.FORGE_BIN;
 assert.ok(forge, "usage: FORGE_BIN=FORGE_BINARY node --test http-streaming.mjs");
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function within(ms, cond, what) {
-  const t0 = performance.now();
-  while (!(await cond())) {
-    if (performance.now() - t0 > ms) assert.fail(`${what}: not within ${ms} ms`);
-    await sleep(20);
-  }
-  return performance.now() - t0;
-}
-
-const hostProcess = (marker) => {
-  try {
-    execFileSync("pgrep", ["-f", marker], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 const server = spawn(forge, ["--log-level", "info", "serve", "--http", "127.0.0.1:0"], { env: process.env, stdio: ["ignore", "ignore", "pipe"] });
 let log = "";
@@ -48,33 +30,8 @@ test.after(async () => {
 const client = new Client({ name: "forge-http-streaming-test", version: "1.0.0" });
 await client.connect(new StreamableHTTPClientTransport(new URL(url)));
 test.after(() => client.close());
-const run = (args, opts = {}) => client.callTool({ name: "execute_python", arguments: args }, undefined, { timeout: 60000, ...opts });
 
-test("HTTP, SDK: progress carries the output of a running call", async () => {
-  const notes = [];
-  const res = await run({ code: "import time\nfor i in range(6):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.3)" },
-    { onprogress: (p) => notes.push(p) });
-  assert.notEqual(res.isError, true);
-  assert.ok(notes.length >= 3, `got ${notes.length} notifications`);
-  const ticks = [...notes.map((n) => n.message).join("").matchAll(/tick (\d)/g)].map((m) => Number(m[1]));
-  assert.deepEqual(ticks, [...ticks].sort((a, b) => a - b));
-  assert.ok(ticks.length >= 3, JSON.stringify(notes));
-});
-
-test("HTTP, SDK: cancel mid-run keeps the session's variables", async () => {
-  const id = `http-cancel-${process.pid}`;
-  await run({ code: "kept = 7", session_id: id });
-  const ac = new AbortController();
-  let started = false;
-  const pending = run({ code: "import time\nprint('go', flush=True)\nwhile True: time.sleep(0.01)", session_id: id },
-    { signal: ac.signal, onprogress: () => { started = true; } });
-  await within(10000, () => started, "the first progress");
-  ac.abort("stop");
-  await assert.rejects(pending);
-  const res = await run({ code: "kept * 6", session_id: id });
-  assert.equal(res.structuredContent.result, 42, JSON.stringify(res.structuredContent));
-  await client.callTool({ name: "destroy_session", arguments: { session_id: id } });
-});
+progressAndCancelTests("HTTP, SDK", client);
 
 // A raw 2026-07-28 tools/call: no initialize, no session header.
 const META = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };

@@ -10,108 +10,27 @@
 // forge/python-data:3.11 imported), passed on to forge. Needs root (it looks
 // for the sandbox's processes on the host).
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
-import { readFileSync, existsSync } from "node:fs";
-import { createInterface } from "node:readline";
+import { spawn } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { progressAndCancelTests, runner, sleep, within } from "./streaming-shared.mjs";
 
 const forge = process.argv[2] ?? process.env.FORGE_BIN;
 assert.ok(forge, "usage: FORGE_BIN=FORGE_BINARY node --test sdk-streaming.mjs");
 const DATA_IMAGE = process.env.FORGE_DATA_IMAGE ?? "forge/python-data:3.11";
-const stateDir = process.env.FORGE_STATE_DIR ?? "/var/lib/forge-test";
 
 const transport = new StdioClientTransport({ command: forge, args: ["serve"], env: { ...process.env }, stderr: "inherit" });
 const client = new Client({ name: "forge-streaming-test", version: "1.0.0" });
 await client.connect(transport);
 test.after(() => client.close());
+const run = runner(client);
 
-const run = (args, opts = {}) => client.callTool({ name: "execute_python", arguments: args }, undefined, { timeout: 60000, ...opts });
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-// Polls cond every 20 ms until it holds or ms pass; returns how long it took.
-async function within(ms, cond, what) {
-  const t0 = performance.now();
-  while (!(await cond())) {
-    if (performance.now() - t0 > ms) assert.fail(`${what}: not within ${ms} ms`);
-    await sleep(20);
-  }
-  return performance.now() - t0;
-}
-
-const hostProcess = (marker) => {
-  try {
-    execFileSync("pgrep", ["-f", marker], { stdio: "ignore" });
-    return true;
-  } catch {
-    return false;
-  }
-};
-
-const auditHas = (event, pred) => {
-  const path = join(stateDir, "audit.log");
-  if (!existsSync(path)) return false;
-  return readFileSync(path, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l))
-    .some((e) => e.event === event && pred(e));
-};
-
-test("progress: a run printing every 0.3 s for 3 s streams its output in order", async () => {
-  const notes = [];
-  const code = "import time\nfor i in range(10):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.3)";
-  const res = await run({ code }, { onprogress: (p) => notes.push({ ...p, at: performance.now() }) });
-  assert.notEqual(res.isError, true, JSON.stringify(res.content));
-  assert.ok(notes.length >= 5, `got ${notes.length} progress notifications, want at least 5`);
-  for (let i = 1; i < notes.length; i++) {
-    assert.ok(notes[i].progress > notes[i - 1].progress, `progress not increasing: ${notes[i - 1].progress} then ${notes[i].progress}`);
-    // At most every 250 ms, by the server's clock (progress is the elapsed time in seconds).
-    assert.ok(notes[i].progress - notes[i - 1].progress >= 0.25, `notifications ${i - 1} and ${i} sent ${notes[i].progress - notes[i - 1].progress} s apart`);
-  }
-  const streamed = notes.map((n) => n.message).join("");
-  const ticks = [...streamed.matchAll(/tick (\d)/g)].map((m) => Number(m[1]));
-  assert.ok(ticks.length >= 5, `streamed output ${JSON.stringify(streamed)} has fewer than 5 ticks`);
-  assert.deepEqual(ticks, [...ticks].sort((a, b) => a - b), "ticks out of order");
-  assert.ok(notes.at(-1).progress >= 1.5, `last progress ${notes.at(-1).progress} s, want the elapsed time`);
-  assert.match(res.structuredContent.stdout, /tick 9/);
-});
-
-test("cancel mid-run: the session survives with its variables", async () => {
-  const id = `cancel-${process.pid}`;
-  let res = await run({ code: "kept = 42", session_id: id });
-  assert.notEqual(res.isError, true, JSON.stringify(res.content));
-  const ac = new AbortController();
-  let started = false;
-  const pending = run({ code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.01)", session_id: id },
-    { signal: ac.signal, onprogress: () => { started = true; } });
-  await within(10000, () => started, "the run's first progress");
-  ac.abort("the person pressed stop");
-  await assert.rejects(pending, (err) => /abort|cancel|stop/i.test(String(err)));
-  const t0 = performance.now();
-  res = await run({ code: "kept + 1", session_id: id });
-  const next = performance.now() - t0;
-  assert.notEqual(res.isError, true, JSON.stringify(res.content));
-  assert.equal(res.structuredContent.result, 43, JSON.stringify(res.structuredContent));
-  console.log(`# session: the call after a cancel answered in ${next.toFixed(0)} ms`);
-  assert.ok(next < 1500, `the next call took ${next} ms: the cancelled run was not interrupted promptly`);
-  await within(2000, () => auditHas("execution.cancel", (e) => e.session_id === id), "the audit log's execution.cancel");
-  await client.callTool({ name: "destroy_session", arguments: { session_id: id } });
-});
-
-test("cancel a stateless run: its sandbox is destroyed", async () => {
-  const marker = `sleep 4242.${process.pid}`;
-  const ac = new AbortController();
-  const pending = run({ code: `import subprocess\nsubprocess.run(['sh', '-c', '${marker}'])` }, { signal: ac.signal });
-  await within(15000, () => hostProcess(marker), "the sandbox's sleep on the host");
-  const t0 = performance.now();
-  ac.abort("stop");
-  await assert.rejects(pending);
-  const gone = await within(2000, () => !hostProcess(marker), "the sandbox's processes gone after cancel");
-  console.log(`# stateless: sandbox processes gone ${(performance.now() - t0).toFixed(0)} ms after the cancel (polled: ${gone.toFixed(0)} ms)`);
-  // The server is fine and answers the next call.
-  const res = await run({ code: "print('after')" });
-  assert.equal(res.structuredContent.stdout, "after\n");
-});
+progressAndCancelTests("stdio", client);
 
 test("compact result: two plots stay under 8 KB of structuredContent", async () => {
   const code = [
@@ -226,5 +145,30 @@ test("no result is sent for a cancelled request (raw stdio)", async () => {
   } finally {
     p.stdin.end();
     await new Promise((r) => p.on("exit", r));
+  }
+});
+
+test("a call that waits for forge to start hears the image import as progress", async () => {
+  // A fresh state dir whose image comes from images.preload: the engine
+  // imports it after initialize, and a call meanwhile waits for it. The
+  // pool is off, so no sandbox starts.
+  const cache = process.env.FORGE_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "forge");
+  const layout = join(cache, "images", "forge_python_3.11");
+  const dir = mkdtempSync(join(tmpdir(), "forge-preload-"));
+  chmodSync(dir, 0o755);
+  const env = { ...process.env, FORGE_STATE_DIR: dir, FORGE_IMAGES_PRELOAD: `oci:${layout}`, FORGE_POOL_ENABLED: "false" };
+  const c = new Client({ name: "forge-preload-test", version: "1.0.0" });
+  try {
+    await c.connect(new StdioClientTransport({ command: forge, args: ["serve"], env, stderr: "ignore" }));
+    const notes = [];
+    const res = await c.callTool({ name: "list_sessions", arguments: {} }, undefined,
+      { timeout: 120000, onprogress: (p) => notes.push(p.message ?? "") });
+    assert.notEqual(res.isError, true, JSON.stringify(res.content));
+    const imports = notes.filter((m) => /^forge is starting: importing oci:.*blob sha256:[0-9a-f]{12}/.test(m));
+    assert.ok(imports.length >= 1, `no progress named the import: ${JSON.stringify(notes)}`);
+    console.log(`# preload: ${notes.length} progress notifications while the call waited, ${imports.length} naming the import`);
+  } finally {
+    await c.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -1,9 +1,10 @@
 package policy
 
 import (
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/mcp-forge/forge/internal/lazyre"
 )
 
 // MaxSpecLen bounds one requirement string; real ones are far shorter.
@@ -66,7 +67,7 @@ func NormalizeName(name string) string {
 	return strings.ToLower(nameRuns.ReplaceAllString(name, "-"))
 }
 
-var nameRuns = regexp.MustCompile(`[-_.]+`)
+var nameRuns = lazyre.New(`[-_.]+`)
 
 // Parse parses one PEP 508 requirement. Errors are *SpecError. Direct
 // references must name their package ("name @ URL"): a bare URL or path is
@@ -104,7 +105,7 @@ func looksLikeBareReference(s string) bool {
 	return urlScheme.MatchString(s)
 }
 
-var urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
+var urlScheme = lazyre.New(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 
 type parser struct {
 	src string
@@ -312,7 +313,7 @@ func (p *parser) versionSpec() ([]Specifier, error) {
 }
 
 // pep440 is PEP 440's version pattern (its appendix), anchored.
-var pep440 = regexp.MustCompile(`(?i)^v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*` +
+var pep440 = lazyre.New(`(?i)^v?(?:[0-9]+!)?[0-9]+(?:\.[0-9]+)*` +
 	`(?:[-_.]?(?:a|b|c|rc|alpha|beta|pre|preview)[-_.]?[0-9]*)?` +
 	`(?:-[0-9]+|[-_.]?(?:post|rev|r)[-_.]?[0-9]*)?` +
 	`(?:[-_.]?dev[-_.]?[0-9]*)?` +

@@ -19,10 +19,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/mcp-forge/forge/internal/lazyre"
 )
 
 // Severity of a finding, lowercase. SeverityUnknown is a finding whose
@@ -201,8 +202,8 @@ func Find(opts Options) (path, kind string, err error) {
 const maxOutput = 16 << 20
 
 var (
-	safeName    = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
-	safeVersion = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}$`)
+	safeName    = lazyre.New(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$`)
+	safeVersion = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9._+!-]{0,63}$`)
 )
 
 // CheckPackages refuses a name or version that is not one (they come from
