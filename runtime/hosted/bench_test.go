@@ -40,7 +40,7 @@ func BenchmarkHosted(b *testing.B) {
 	}
 	defer h.Close()
 	ctx := context.Background()
-	n := max(b.N, 30)
+	n := max(b.N, 60)
 	// Each measured call waits for its pool to be full again first, so
 	// both sides are measured warm (the pool's refill is not the call).
 	hostedCall := func() error {
@@ -77,6 +77,15 @@ func BenchmarkHosted(b *testing.B) {
 	b.ReportMetric(ms(pct(warmD, 50)), "warm-exec-p50-ms")
 	b.ReportMetric(ms(pct(warmD, 99)), "warm-exec-p99-ms")
 	b.ReportMetric(float64(pct(hostedD, 50))/float64(pct(warmD, 50)), "hosted/warm-p50")
+	// The median of the ratios of adjacent pairs: a burst of load from
+	// elsewhere weighs on both calls of a pair, so this is the steadier
+	// figure on a shared machine.
+	ratios := make([]float64, n)
+	for i := range n {
+		ratios[i] = float64(hostedD[i]) / float64(warmD[i])
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[n/2], "hosted/warm-paired")
 	if py, err := exec.LookPath("python3"); err == nil {
 		code := "import sys,time,json,statistics\nsys.path.insert(0,sys.argv[1])\nimport forge_tools as ft\nm=ft.load(sys.argv[2])\nbox=ft.Toolbox.from_module(m)\nds=[]\nfor _ in range(2000):\n  t=time.perf_counter();box.call('add',{'a':2,'b':3});ds.append(time.perf_counter()-t)\nds.sort();print(json.dumps([ds[len(ds)//2]*1e3, ds[int(len(ds)*0.99)]*1e3]))\n"
 		out, err := exec.Command(py, "-c", code, filepath.Join(testenv.RepoRoot(), "sdk/python"), path).Output()

@@ -220,3 +220,85 @@ func manyTools(n int) string {
 	}
 	return b.String()
 }
+
+// TestHostedToolMemory: a tool's memory= is its sandbox's limit. The same
+// allocation passes in a tool without one (the default, 512m), and ends
+// in an isError result past it.
+func TestHostedToolMemory(t *testing.T) {
+	h, _ := newHost(t, `from forge_tools import tool
+
+def _fill(mb):
+    b = bytearray(mb << 20)
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    return len(b) >> 20
+
+@tool(memory="64m")
+def small(mb: int) -> int:
+    return _fill(mb)
+
+@tool
+def roomy(mb: int) -> int:
+    return _fill(mb)
+`, nil)
+	p := engine.LocalPrincipal
+	if r := call(t, h, p, "small", `{"mb": 8}`); r.IsError || r.Text != "8" {
+		t.Fatalf("small(8) = %+v", r)
+	}
+	if r := call(t, h, p, "roomy", `{"mb": 160}`); r.IsError || r.Text != "160" {
+		t.Fatalf("roomy(160) = %+v, want 160 within the default memory", r)
+	}
+	r := call(t, h, p, "small", `{"mb": 160}`)
+	if !r.IsError || (r.ErrorType != "MemoryError" && !strings.Contains(r.Text, "out of memory")) {
+		t.Fatalf("small(160) past memory=64m = %+v, want an out-of-memory isError", r)
+	}
+	// The pool's next sandbox has the default limits again.
+	if r := call(t, h, p, "roomy", `{"mb": 160}`); r.IsError {
+		t.Fatalf("roomy(160) after small's OOM = %+v", r)
+	}
+}
+
+// TestHostedMaxWorkers: with max_workers 2, a third principal's worker
+// evicts the least recently used one; the evicted principal's next call
+// starts from fresh state, and no principal sees another's.
+func TestHostedMaxWorkers(t *testing.T) {
+	h, _ := newHost(t, `from forge_tools import tool
+
+_count = 0
+
+@tool(persistent=True)
+def counter() -> int:
+    global _count
+    _count += 1
+    return _count
+`, func(c *profiles.HostedToolsConfig) { c.MaxWorkers = 2 })
+	a, b, c := engine.Principal{Tenant: "tenant:a"}, engine.Principal{Tenant: "tenant:b"}, engine.Principal{Tenant: "tenant:c"}
+	count := func(p engine.Principal, want string) {
+		t.Helper()
+		if r := call(t, h, p, "counter", `{}`); r.IsError || r.Text != want {
+			t.Fatalf("%s's counter = %+v, want %s", p.Tenant, r, want)
+		}
+	}
+	workers := func(want ...bool) {
+		t.Helper()
+		for i, p := range []engine.Principal{a, b, c} {
+			if got := h.WorkerSandbox(p, "counter") != ""; got != want[i] {
+				t.Fatalf("%s has a worker: %v, want %v", p.Tenant, got, want[i])
+			}
+		}
+	}
+	count(a, "1")
+	count(b, "1")
+	count(a, "2") // b is now the least recently used
+	workers(true, true, false)
+	wa := h.WorkerSandbox(a, "counter")
+	count(c, "1") // evicts b, not a
+	workers(true, false, true)
+	if h.WorkerSandbox(a, "counter") != wa {
+		t.Fatal("a's worker changed when c's evicted b's")
+	}
+	count(a, "3") // a kept its state
+	count(b, "1") // b starts over (its worker was evicted), and evicts c
+	workers(true, true, false)
+	count(c, "1")
+}
