@@ -124,6 +124,7 @@ type Server struct {
 	hosts          []*hostedEntry
 	own            map[string]bool
 	hostedResource bool
+	gate           *hostedGate // HoldHosted
 	saver          *hosted.Saver
 	// answered is closed once the first reply went out (see Answered).
 	answered     chan struct{}
@@ -191,6 +192,9 @@ func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessa
 
 // handle answers a message checkMessage passed.
 func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRPCMessage {
+	if reply, drop := s.waitHosted(ctx, msg); reply != nil || drop {
+		return reply
+	}
 	if reply := s.hostedPrecheck(msg); reply != nil {
 		return reply
 	}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,14 +24,9 @@ import (
 // metrics; the ratio hosted/warm is the target (1.5).
 func BenchmarkHosted(b *testing.B) {
 	eng := testenv.Engine(b, false, func(c *profiles.Config) { c.Pool.Enabled, c.Pool.Size = true, 2 })
-	dir := b.TempDir()
-	path := filepath.Join(dir, "tools.py")
-	src := "from forge_tools import tool\n\n@tool\ndef add(a: int, b: int = 1) -> int:\n    return a + b\n"
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cfg := profiles.Default().HostedTools
-	cfg.Path, cfg.PoolSize, cfg.ReloadInterval = path, 2, 0
+	cfg := testenv.HostedTools(b, testenv.AddTools)
+	cfg.PoolSize = 2
+	path := cfg.Path
 	h, err := hosted.New(context.Background(), hosted.Options{Engine: eng, Config: cfg, StateDir: eng.Config().StateDir})
 	if err != nil {
 		b.Fatal(err)
@@ -96,19 +89,11 @@ func BenchmarkHosted(b *testing.B) {
 		}
 	}
 	// A table of 50 tools read in a sandbox (what start costs, beside the engine).
-	var many strings.Builder
-	many.WriteString("from forge_tools import tool\n")
-	for i := range 50 {
-		fmt.Fprintf(&many, "\n@tool\ndef t%d(a: int, s: str = 'x') -> int:\n    return a\n", i)
-	}
-	path50 := filepath.Join(dir, "many.py")
-	if err := os.WriteFile(path50, []byte(many.String()), 0o644); err != nil {
-		b.Fatal(err)
-	}
 	var loads []time.Duration
 	for range 5 {
-		c := cfg
-		c.Path, c.PoolSize = path50, 0
+		// A new file each time: its table is read in a sandbox, not cached.
+		c := testenv.HostedTools(b, testenv.ManyTools(50))
+		c.PoolSize = 0
 		start := time.Now()
 		h50, err := hosted.New(ctx, hosted.Options{Engine: eng, Config: c, StateDir: eng.Config().StateDir})
 		if err != nil {

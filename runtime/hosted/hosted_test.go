@@ -66,15 +66,7 @@ def counter() -> dict:
 func newHost(t *testing.T, src string, mutate func(*profiles.HostedToolsConfig)) (*hosted.Host, string) {
 	t.Helper()
 	eng := testenv.Engine(t, false, nil)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tools.py")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := profiles.Default().HostedTools
-	cfg.Path = path
-	cfg.PoolSize = 1
-	cfg.ReloadInterval = 0
+	cfg := testenv.HostedTools(t, src)
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -83,7 +75,7 @@ func newHost(t *testing.T, src string, mutate func(*profiles.HostedToolsConfig))
 		t.Fatalf("hosted.New: %v", err)
 	}
 	t.Cleanup(func() { h.Close() })
-	return h, path
+	return h, cfg.Path
 }
 
 func call(t *testing.T, h *hosted.Host, p engine.Principal, name, args string) *hosted.Result {
@@ -191,7 +183,7 @@ func TestHostedLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	cases := []struct{ name, src, want string }{
 		{"import error", "import no_such_module_here\n", "ModuleNotFoundError"},
-		{"too many", "from forge_tools import tool\n" + strings.Repeat("", 0) + manyTools(5), "hosted_tools.max_tools"},
+		{"too many", testenv.ManyTools(5), "hosted_tools.max_tools"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -211,14 +203,6 @@ func TestHostedLoadErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-func manyTools(n int) string {
-	var b strings.Builder
-	for i := range n {
-		b.WriteString("@tool\ndef t" + string(rune('a'+i)) + "() -> int:\n    return 1\n")
-	}
-	return b.String()
 }
 
 // TestHostedToolMemory: a tool's memory= is its sandbox's limit. The same
