@@ -238,6 +238,15 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 		}
 		status := http.StatusBadRequest // as mcp-go answers its own parse errors
 		if reply == nil {
+			var drop bool
+			if reply, drop = s.waitHosted(r.Context(), msg); drop {
+				return // the client went away, or forge stops
+			}
+			if reply != nil {
+				status = http.StatusOK
+			}
+		}
+		if reply == nil {
 			var ctx context.Context
 			ctx, reply = precheck(r.Context(), msg)
 			if hr := s.hostedPrecheck(ctx, msg); hr != nil {

@@ -126,6 +126,7 @@ type Server struct {
 	hosts          []*hostedEntry
 	own            map[string]bool
 	hostedResource bool
+	gate           *hostedGate // HoldHosted
 	saver          *hosted.Saver
 	saved          map[string]*savedEntry
 	savedRefs      map[string]int
@@ -200,6 +201,9 @@ func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessa
 
 // handle answers a message checkMessage passed.
 func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRPCMessage {
+	if reply, drop := s.waitHosted(ctx, msg); reply != nil || drop {
+		return reply
+	}
 	if reply := s.hostedPrecheck(ctx, msg); reply != nil {
 		return reply
 	}

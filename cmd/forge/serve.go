@@ -135,22 +135,28 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	opened := make(chan *engine.Engine, 1)
 	var host *hosted.Host
 	var saver *hosted.Saver
-	if cfg.HostedTools.Path != "" || cfg.HostedTools.SaveTool != "refuse" {
-		// Hosted tools' table comes from a sandbox and tools/list must show
-		// it: the engine opens before the first answer.
+	// Hosted tools (a file's, or saved ones) load while the client
+	// connects: initialize is answered at once, and tools/list, tools/call
+	// and resources wait for them (Server.HoldHosted). Their table may come
+	// from a sandbox. If they cannot load, serve stops with the error.
+	loadHosted := func() error {
 		eng, err := openEngine()
 		if err != nil {
+			opened <- nil
 			return err
 		}
-		opened <- eng
+		fail := func(err error) error {
+			_ = eng.Close(0)
+			opened <- nil
+			return err
+		}
 		if cfg.HostedTools.SaveTool != "refuse" {
 			// AttachSaver makes srv the saver's Attach: saved tools are
 			// their principal's, not in the list every client sees.
 			saver = hosted.NewSaver(hosted.SaverOptions{Engine: eng, Config: cfg.HostedTools, StateDir: cfg.StateDir, Logger: g.log})
 			if err := srv.AttachSaver(ctx, saver); err != nil {
 				saver.Close()
-				_ = eng.Close(0)
-				return err
+				return fail(err)
 			}
 		}
 		if cfg.HostedTools.Path != "" {
@@ -165,13 +171,27 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 				if saver != nil {
 					saver.Close()
 				}
-				_ = eng.Close(0)
-				return usageError{fmt.Errorf("hosted tools %s: %w", cfg.HostedTools.Path, err)}
+				return fail(usageError{fmt.Errorf("hosted tools %s: %w", cfg.HostedTools.Path, err)})
 			}
 			host = h
 			g.log.Info("serving hosted tools", "path", cfg.HostedTools.Path, "tools", len(h.Tools()))
 		}
+		opened <- eng
+		return nil
+	}
+	loaded := make(chan struct{})
+	if cfg.HostedTools.Path != "" || cfg.HostedTools.SaveTool != "refuse" {
+		release := srv.HoldHosted()
+		go func() {
+			defer close(loaded)
+			err := loadHosted()
+			release(err)
+			if err != nil {
+				stop(err)
+			}
+		}()
 	} else {
+		close(loaded)
 		go func() {
 			// After the first reply, or openDelay without a client: on a
 			// small machine the two compete for the CPU.
@@ -200,6 +220,7 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	}
 	// The server has answered every request: executions finished within
 	// the grace period or were killed. Close destroys whatever is left.
+	<-loaded
 	if host != nil {
 		host.Close() // before the engine: its workers are the engine's sandboxes
 	}

@@ -87,3 +87,18 @@ func (e *Engine) HostedLimits(memory int64) (cgroups.Limits, error) {
 	plan, err := e.validate(Request{Principal: LocalPrincipal, Memory: memory})
 	return plan.Limits, refuse(err)
 }
+
+// HostedImageID is the store ID of the image a hosted sandbox of image
+// runs (the default image for ""): a cached tool table is keyed by it, so
+// that a new image reads the table again.
+func (e *Engine) HostedImageID(ctx context.Context, image string) (string, error) {
+	plan, err := e.validate(Request{Principal: LocalPrincipal, Image: image})
+	if err != nil {
+		return "", refuse(err)
+	}
+	img, err := e.store.Lookup(ctx, plan.Image)
+	if err != nil {
+		return "", err
+	}
+	return img.ID, nil
+}

@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,21 +24,16 @@ import (
 // metrics; the ratio hosted/warm is the target (1.5).
 func BenchmarkHosted(b *testing.B) {
 	eng := testenv.Engine(b, false, func(c *profiles.Config) { c.Pool.Enabled, c.Pool.Size = true, 2 })
-	dir := b.TempDir()
-	path := filepath.Join(dir, "tools.py")
-	src := "from forge_tools import tool\n\n@tool\ndef add(a: int, b: int = 1) -> int:\n    return a + b\n"
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	cfg := profiles.Default().HostedTools
-	cfg.Path, cfg.PoolSize, cfg.ReloadInterval = path, 2, 0
+	cfg := testenv.HostedTools(b, testenv.AddTools)
+	cfg.PoolSize = 2
+	path := cfg.Path
 	h, err := hosted.New(context.Background(), hosted.Options{Engine: eng, Config: cfg, StateDir: eng.Config().StateDir})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer h.Close()
 	ctx := context.Background()
-	n := max(b.N, 30)
+	n := max(b.N, 60)
 	// Each measured call waits for its pool to be full again first, so
 	// both sides are measured warm (the pool's refill is not the call).
 	hostedCall := func() error {
@@ -77,6 +70,15 @@ func BenchmarkHosted(b *testing.B) {
 	b.ReportMetric(ms(pct(warmD, 50)), "warm-exec-p50-ms")
 	b.ReportMetric(ms(pct(warmD, 99)), "warm-exec-p99-ms")
 	b.ReportMetric(float64(pct(hostedD, 50))/float64(pct(warmD, 50)), "hosted/warm-p50")
+	// The median of the ratios of adjacent pairs: a burst of load from
+	// elsewhere weighs on both calls of a pair, so this is the steadier
+	// figure on a shared machine.
+	ratios := make([]float64, n)
+	for i := range n {
+		ratios[i] = float64(hostedD[i]) / float64(warmD[i])
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[n/2], "hosted/warm-paired")
 	if py, err := exec.LookPath("python3"); err == nil {
 		code := "import sys,time,json,statistics\nsys.path.insert(0,sys.argv[1])\nimport forge_tools as ft\nm=ft.load(sys.argv[2])\nbox=ft.Toolbox.from_module(m)\nds=[]\nfor _ in range(2000):\n  t=time.perf_counter();box.call('add',{'a':2,'b':3});ds.append(time.perf_counter()-t)\nds.sort();print(json.dumps([ds[len(ds)//2]*1e3, ds[int(len(ds)*0.99)]*1e3]))\n"
 		out, err := exec.Command(py, "-c", code, filepath.Join(testenv.RepoRoot(), "sdk/python"), path).Output()
@@ -87,19 +89,11 @@ func BenchmarkHosted(b *testing.B) {
 		}
 	}
 	// A table of 50 tools read in a sandbox (what start costs, beside the engine).
-	var many strings.Builder
-	many.WriteString("from forge_tools import tool\n")
-	for i := range 50 {
-		fmt.Fprintf(&many, "\n@tool\ndef t%d(a: int, s: str = 'x') -> int:\n    return a\n", i)
-	}
-	path50 := filepath.Join(dir, "many.py")
-	if err := os.WriteFile(path50, []byte(many.String()), 0o644); err != nil {
-		b.Fatal(err)
-	}
 	var loads []time.Duration
 	for range 5 {
-		c := cfg
-		c.Path, c.PoolSize = path50, 0
+		// A new file each time: its table is read in a sandbox, not cached.
+		c := testenv.HostedTools(b, testenv.ManyTools(50))
+		c.PoolSize = 0
 		start := time.Now()
 		h50, err := hosted.New(ctx, hosted.Options{Engine: eng, Config: c, StateDir: eng.Config().StateDir})
 		if err != nil {

@@ -22,7 +22,9 @@ def _forge_boot(path):
 
     def call(marker, name, raw, timeout):
         try:
-            result = box.call(name, json.loads(raw), timeout)
+            # inline: the host enforces the timeout (it kills the sandbox), so
+            # a sync tool runs right here, without a hop to a worker thread.
+            result = box.call(name, json.loads(raw), timeout, inline=True)
         except (forge_tools.InvalidArguments, forge_tools.UnknownTool) as e:
             result = {"invalid": str(e)}
         text = json.dumps(result, separators=(",", ":"))
@@ -31,14 +33,13 @@ def _forge_boot(path):
         reply(marker, result)
 
     # One call of a stand-in tool while the sandbox waits in the pool: the
-    # worker thread forge_tools runs sync tools on is started, and the code
-    # paths of validation, conversion and results are run once, so the
+    # code paths of validation, conversion and results are run once, so the
     # first real call does not pay for them.
     @forge_tools.tool(name="forge_warmup")
     def warmup(a: int, b: str = "x") -> dict:
         return {"a": a, "b": b}
 
-    forge_tools.Toolbox([forge_tools.get_tool(warmup)]).call("forge_warmup", {"a": 1})
+    forge_tools.Toolbox([forge_tools.get_tool(warmup)]).call("forge_warmup", {"a": 1}, 5.0, inline=True)
     json.dumps(json.loads('{"a": [1, 2.5, "x", null, true]}'), separators=(",", ":"))
     return table, call
 

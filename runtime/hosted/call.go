@@ -71,6 +71,7 @@ func (h *Host) Call(ctx context.Context, p engine.Principal, name string, args j
 		return nil, err
 	}
 	defer h.eng.Discard(sb)
+	defer g.release()
 	if err := h.limit(sb, t); err != nil {
 		return nil, err
 	}
@@ -84,6 +85,13 @@ func (h *Host) acquire(ctx context.Context, g *generation) (*sandbox.Sandbox, er
 		return sb, err
 	}
 	return h.boot(ctx, g)
+}
+
+// release lets the pool refill what acquire took (Options.RefillHold).
+func (g *generation) release() {
+	if g.pool != nil {
+		g.pool.Release()
+	}
 }
 
 // limit applies the tool's memory (or hosted_tools.memory), within the maxima.
@@ -241,6 +249,7 @@ func (h *Host) callWorker(ctx context.Context, g *generation, p engine.Principal
 		if err != nil {
 			return nil, err
 		}
+		defer g.release()
 		if err := h.limit(sb, t); err != nil {
 			h.eng.Discard(sb)
 			return nil, err
@@ -330,7 +339,7 @@ func (h *Host) watch(iv time.Duration) {
 // replace the old and OnChange runs; changed says whether the snapshot
 // differed. On failure the old table stays.
 func (h *Host) Reload(ctx context.Context) (changed bool, err error) {
-	g, err := h.load(ctx)
+	g, _, err := h.load(ctx, false)
 	h.mu.Lock()
 	if err == nil && h.check != nil {
 		if err = h.check(g.tools); err != nil {

@@ -12,6 +12,7 @@
 package hosted
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -35,6 +36,10 @@ import (
 
 //go:embed boot.py
 var bootSource string
+
+// refillHold is how long at most a call holds back the refill of the
+// sandbox it took (pool.Options.RefillHold).
+const refillHold = 500 * time.Millisecond
 
 // bootTimeout bounds importing the module (at start, reload or refill).
 const bootTimeout = 60 * time.Second
@@ -73,6 +78,9 @@ type Host struct {
 	// collisions with the face's own tools); onChange announces a new one.
 	check    func([]Tool) error
 	onChange func()
+	// unannounced: revalidate replaced the table while onChange was unset.
+	unannounced bool
+	hooksVer    int // counts SetHooks
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -82,8 +90,23 @@ type Host struct {
 // table (the old one stays), onChange runs after one replaced the old.
 func (h *Host) SetHooks(check func([]Tool) error, onChange func()) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.check, h.onChange = check, onChange
+	h.hooksVer++
+	missed := h.unannounced && onChange != nil
+	h.unannounced = h.unannounced && !missed
+	tools := h.gen.tools
+	h.mu.Unlock()
+	if !missed {
+		return
+	}
+	// revalidate replaced a cached table before the face was listening.
+	if check != nil {
+		if err := check(tools); err != nil {
+			h.log.Warn("the re-read hosted tool table is refused", "path", h.cfg.Path, "err", err)
+			return
+		}
+	}
+	onChange()
 }
 
 // generation is one loaded table with the snapshot it came from and the
@@ -91,6 +114,7 @@ func (h *Host) SetHooks(check func([]Tool) error, onChange func()) {
 type generation struct {
 	snap   *snapshot
 	stamp  string
+	key    string // of the table cache
 	tools  []Tool
 	byName map[string]*Tool
 	pool   *pool.Pool // nil with pool_size 0
@@ -121,11 +145,15 @@ func New(ctx context.Context, opts Options) (*Host, error) {
 	if h.sdkDir, err = writeSDK(mkdirAll(h.snaps)); err != nil {
 		return nil, err
 	}
-	g, err := h.load(ctx)
+	g, cached, err := h.load(ctx, true)
 	if err != nil {
 		return nil, err
 	}
 	h.gen = g
+	if cached != nil {
+		h.wg.Add(1)
+		go h.revalidate(g, cached)
+	}
 	if iv := time.Duration(h.cfg.ReloadInterval); iv > 0 {
 		h.wg.Add(1)
 		go h.watch(iv)
@@ -174,21 +202,67 @@ func (h *Host) current() *generation {
 	return h.gen
 }
 
-// load snapshots the path, reads the table in a throw-away sandbox and
-// makes the generation's pool.
-func (h *Host) load(ctx context.Context) (*generation, error) {
+// load snapshots the path, reads the table in a throw-away sandbox (or,
+// with cached, from the table cache) and makes the generation's pool.
+// fromCache says the table came from the cache and is still to be read
+// from a sandbox (revalidate).
+func (h *Host) load(ctx context.Context, cached bool) (g *generation, fromCache []byte, err error) {
 	st := stamp(h.cfg.Path)
 	snap, err := takeSnapshot(h.cfg.Path, h.snaps, int64(h.cfg.MaxSourceSize))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	g := &generation{snap: snap, stamp: st}
+	g = &generation{snap: snap, stamp: st}
 	ok := false
 	defer func() {
 		if !ok {
 			removeSnapshot(snap)
 		}
 	}()
+	imageID, err := h.eng.HostedImageID(ctx, h.cfg.Image)
+	if err != nil {
+		h.log.Debug("no image ID for the hosted tool table cache", "err", err)
+	}
+	g.key = h.tableKey(imageID, snap)
+	if cached {
+		if raw := h.readCache(g.key); raw != nil {
+			if err := h.setTable(g, raw); err == nil {
+				fromCache = raw
+			} else {
+				h.log.Warn("the cached hosted tool table is refused; reading it again", "path", h.cfg.Path, "err", err)
+			}
+		}
+	}
+	if fromCache == nil {
+		raw, err := h.readTable(ctx, g)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := h.setTable(g, raw); err != nil {
+			return nil, nil, err
+		}
+		h.writeCache(g.key, raw)
+	}
+	if h.cfg.PoolSize > 0 {
+		g.pool = pool.New(pool.Options{
+			Name:              "hosted:" + filepath.Base(h.cfg.Path),
+			Size:              h.cfg.PoolSize,
+			MaxIdleAge:        10 * time.Minute,
+			RefillConcurrency: 1,
+			// A call is a few ms; the boot of its replacement (an import)
+			// would share the CPU with it.
+			RefillHold: refillHold,
+			Start:      func(ctx context.Context) (*sandbox.Sandbox, error) { return h.boot(ctx, g) },
+			Logger:     h.log,
+		})
+	}
+	ok = true
+	return g, fromCache, nil
+}
+
+// readTable reads g's tool table in a throw-away sandbox, bounded by
+// hosted_tools.max_table_size.
+func (h *Host) readTable(ctx context.Context, g *generation) ([]byte, error) {
 	sb, err := h.boot(ctx, g)
 	if err != nil {
 		return nil, err
@@ -207,26 +281,102 @@ func (h *Host) load(ctx context.Context) (*generation, error) {
 	if len(raw) > int(h.cfg.MaxTableSize) {
 		return nil, fmt.Errorf("%w: the table is %d bytes, more than hosted_tools.max_table_size %d", ErrTable, len(raw), h.cfg.MaxTableSize)
 	}
-	g.tools, err = parseTable(raw, limits{maxTools: h.cfg.MaxTools, maxSchema: int(h.cfg.MaxSchemaSize)})
-	if err != nil {
-		return nil, err
+	return raw, nil
+}
+
+// setTable checks raw (untrusted: from a sandbox, or the cache of one) and
+// makes it g's table.
+func (h *Host) setTable(g *generation, raw []byte) error {
+	if len(raw) > int(h.cfg.MaxTableSize) {
+		return fmt.Errorf("%w: the table is %d bytes, more than hosted_tools.max_table_size %d", ErrTable, len(raw), h.cfg.MaxTableSize)
 	}
+	tools, err := parseTable(raw, limits{maxTools: h.cfg.MaxTools, maxSchema: int(h.cfg.MaxSchemaSize)})
+	if err != nil {
+		return err
+	}
+	g.tools = tools
 	g.byName = make(map[string]*Tool, len(g.tools))
 	for i := range g.tools {
 		g.byName[g.tools[i].Name] = &g.tools[i]
 	}
-	if h.cfg.PoolSize > 0 {
-		g.pool = pool.New(pool.Options{
-			Name:              "hosted:" + filepath.Base(h.cfg.Path),
-			Size:              h.cfg.PoolSize,
-			MaxIdleAge:        10 * time.Minute,
-			RefillConcurrency: 1,
-			Start:             func(ctx context.Context) (*sandbox.Sandbox, error) { return h.boot(ctx, g) },
-			Logger:            h.log,
-		})
+	return nil
+}
+
+// revalidate reads the table of g, served from the cache, in a sandbox: a
+// table that differs replaces it (announced like a reload); one that no
+// longer loads drops the cache and is logged, and g stays (its calls then
+// fail as the module does).
+func (h *Host) revalidate(g *generation, cached []byte) {
+	defer h.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	raw, err := h.readTable(ctx, g)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.dropCache()
+			h.log.Warn("re-reading the cached hosted tool table failed", "path", h.cfg.Path, "err", err)
+		}
+		return
 	}
-	ok = true
-	return g, nil
+	if sameJSON(raw, cached) {
+		return
+	}
+	// Same snapshot and pool (its sandboxes import the same module); only
+	// the table is new.
+	ng := &generation{snap: g.snap, stamp: g.stamp, key: g.key, pool: g.pool}
+	if err := h.setTable(ng, raw); err != nil {
+		h.dropCache()
+		h.log.Warn("the re-read hosted tool table is refused; serving the cached one", "path", h.cfg.Path, "err", err)
+		return
+	}
+	var onChange func()
+	for {
+		h.mu.Lock()
+		check, ver := h.check, h.hooksVer
+		if h.closed || h.gen != g {
+			h.mu.Unlock()
+			return // closed, or a reload came first
+		}
+		h.mu.Unlock()
+		if check != nil {
+			if err := check(ng.tools); err != nil {
+				h.dropCache()
+				h.log.Warn("the re-read hosted tool table is refused; serving the cached one", "path", h.cfg.Path, "err", err)
+				return
+			}
+		}
+		h.mu.Lock()
+		if h.hooksVer != ver {
+			h.mu.Unlock()
+			continue // SetHooks ran meanwhile: check with its check
+		}
+		if h.closed || h.gen != g {
+			h.mu.Unlock()
+			return
+		}
+		h.gen = ng
+		onChange = h.onChange
+		h.unannounced = onChange == nil
+		h.mu.Unlock()
+		break
+	}
+	h.writeCache(ng.key, raw)
+	h.log.Info("the cached hosted tool table was stale; replaced", "path", h.cfg.Path, "tools", len(ng.tools))
+	if onChange != nil {
+		onChange()
+	}
+}
+
+func sameJSON(a, b []byte) bool {
+	var ca, cb bytes.Buffer
+	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
 // boot starts a sandbox with the snapshot and forge_tools mounted and the

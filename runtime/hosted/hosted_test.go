@@ -66,15 +66,7 @@ def counter() -> dict:
 func newHost(t *testing.T, src string, mutate func(*profiles.HostedToolsConfig)) (*hosted.Host, string) {
 	t.Helper()
 	eng := testenv.Engine(t, false, nil)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "tools.py")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := profiles.Default().HostedTools
-	cfg.Path = path
-	cfg.PoolSize = 1
-	cfg.ReloadInterval = 0
+	cfg := testenv.HostedTools(t, src)
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -83,7 +75,7 @@ func newHost(t *testing.T, src string, mutate func(*profiles.HostedToolsConfig))
 		t.Fatalf("hosted.New: %v", err)
 	}
 	t.Cleanup(func() { h.Close() })
-	return h, path
+	return h, cfg.Path
 }
 
 func call(t *testing.T, h *hosted.Host, p engine.Principal, name, args string) *hosted.Result {
@@ -191,7 +183,7 @@ func TestHostedLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	cases := []struct{ name, src, want string }{
 		{"import error", "import no_such_module_here\n", "ModuleNotFoundError"},
-		{"too many", "from forge_tools import tool\n" + strings.Repeat("", 0) + manyTools(5), "hosted_tools.max_tools"},
+		{"too many", testenv.ManyTools(5), "hosted_tools.max_tools"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -213,10 +205,84 @@ func TestHostedLoadErrors(t *testing.T) {
 	}
 }
 
-func manyTools(n int) string {
-	var b strings.Builder
-	for i := range n {
-		b.WriteString("@tool\ndef t" + string(rune('a'+i)) + "() -> int:\n    return 1\n")
+// TestHostedToolMemory: a tool's memory= is its sandbox's limit. The same
+// allocation passes in a tool without one (the default, 512m), and ends
+// in an isError result past it.
+func TestHostedToolMemory(t *testing.T) {
+	h, _ := newHost(t, `from forge_tools import tool
+
+def _fill(mb):
+    b = bytearray(mb << 20)
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    return len(b) >> 20
+
+@tool(memory="64m")
+def small(mb: int) -> int:
+    return _fill(mb)
+
+@tool
+def roomy(mb: int) -> int:
+    return _fill(mb)
+`, nil)
+	p := engine.LocalPrincipal
+	if r := call(t, h, p, "small", `{"mb": 8}`); r.IsError || r.Text != "8" {
+		t.Fatalf("small(8) = %+v", r)
 	}
-	return b.String()
+	if r := call(t, h, p, "roomy", `{"mb": 160}`); r.IsError || r.Text != "160" {
+		t.Fatalf("roomy(160) = %+v, want 160 within the default memory", r)
+	}
+	r := call(t, h, p, "small", `{"mb": 160}`)
+	if !r.IsError || (r.ErrorType != "MemoryError" && !strings.Contains(r.Text, "out of memory")) {
+		t.Fatalf("small(160) past memory=64m = %+v, want an out-of-memory isError", r)
+	}
+	// The pool's next sandbox has the default limits again.
+	if r := call(t, h, p, "roomy", `{"mb": 160}`); r.IsError {
+		t.Fatalf("roomy(160) after small's OOM = %+v", r)
+	}
+}
+
+// TestHostedMaxWorkers: with max_workers 2, a third principal's worker
+// evicts the least recently used one; the evicted principal's next call
+// starts from fresh state, and no principal sees another's.
+func TestHostedMaxWorkers(t *testing.T) {
+	h, _ := newHost(t, `from forge_tools import tool
+
+_count = 0
+
+@tool(persistent=True)
+def counter() -> int:
+    global _count
+    _count += 1
+    return _count
+`, func(c *profiles.HostedToolsConfig) { c.MaxWorkers = 2 })
+	a, b, c := engine.Principal{Tenant: "tenant:a"}, engine.Principal{Tenant: "tenant:b"}, engine.Principal{Tenant: "tenant:c"}
+	count := func(p engine.Principal, want string) {
+		t.Helper()
+		if r := call(t, h, p, "counter", `{}`); r.IsError || r.Text != want {
+			t.Fatalf("%s's counter = %+v, want %s", p.Tenant, r, want)
+		}
+	}
+	workers := func(want ...bool) {
+		t.Helper()
+		for i, p := range []engine.Principal{a, b, c} {
+			if got := h.WorkerSandbox(p, "counter") != ""; got != want[i] {
+				t.Fatalf("%s has a worker: %v, want %v", p.Tenant, got, want[i])
+			}
+		}
+	}
+	count(a, "1")
+	count(b, "1")
+	count(a, "2") // b is now the least recently used
+	workers(true, true, false)
+	wa := h.WorkerSandbox(a, "counter")
+	count(c, "1") // evicts b, not a
+	workers(true, false, true)
+	if h.WorkerSandbox(a, "counter") != wa {
+		t.Fatal("a's worker changed when c's evicted b's")
+	}
+	count(a, "3") // a kept its state
+	count(b, "1") // b starts over (its worker was evicted), and evicts c
+	workers(true, true, false)
+	count(c, "1")
 }

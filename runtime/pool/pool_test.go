@@ -373,3 +373,39 @@ func TestAdaptiveGrowsAndShrinks(t *testing.T) {
 		t.Errorf("shrunk %d times, want 2: %+v", st.Shrunk, st)
 	}
 }
+
+// TestRefillHold: with RefillHold, a take does not start its replacement
+// until Release, while the pool still has a ready sandbox; an empty pool
+// refills at once, released or not.
+func TestRefillHold(t *testing.T) {
+	p := newPoolOpts(t, pool.Options{Size: 2, RefillHold: time.Minute})
+	waitReady(t, p, 2)
+	ctx := context.Background()
+	a, _, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Destroy()
+	// Nothing may start while a's call runs: watch for a while (the
+	// refill loop reacts to the take within microseconds).
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if st := p.Stats(); st.Starting != 0 || st.Ready != 1 {
+			t.Fatalf("refill during the hold: %+v", st)
+		}
+	}
+	p.Release()
+	waitReady(t, p, 2)
+
+	// Both taken and neither released: the pool refills anyway.
+	b, _, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Destroy()
+	c, _, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Destroy()
+	waitReady(t, p, 1)
+}

@@ -14,25 +14,22 @@ import (
 	"github.com/mcp-forge/forge/internal/testutil"
 )
 
-// BenchmarkServeInitialized is spawn → initialized of `forge serve` over
-// stdio, beside `forge serve --tools` with 50 hosted tools (whose table is
-// read in a sandbox before the server answers), in one run.
+// BenchmarkServeInitialized is spawn → initialized, and spawn → tools/list
+// answered, of `forge serve` over stdio, beside `forge serve --tools` with
+// 50 hosted tools, in one run: restarted with the same tools (the table
+// comes from the table cache, and is re-read in a sandbox in the
+// background) and with tools never served before (the table is read in a
+// sandbox; tools/list waits for it, initialize does not).
 func BenchmarkServeInitialized(b *testing.B) {
 	bin := filepath.Join(testenv.RepoRoot(), "bin", "forge")
 	_, err := os.Stat(bin)
 	testutil.Require(b, err == nil, bin+" missing: run make build")
 	testutil.RequiresRoot(b)
-	var src strings.Builder
-	src.WriteString("from forge_tools import tool\n")
-	for i := range 50 {
-		fmt.Fprintf(&src, "\n@tool\ndef t%d(a: int, s: str = 'x') -> int:\n    \"\"\"Tool %d.\"\"\"\n    return a\n", i, i)
-	}
-	path := filepath.Join(b.TempDir(), "many.py")
-	if err := os.WriteFile(path, []byte(src.String()), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	path := testenv.HostedTools(b, testenv.ManyTools(50)).Path
 	state := testutil.StateDir(b)
-	once := func(args ...string) time.Duration {
+	// once is spawn → initialized, and spawn → the tools/list answer
+	// that includes the 50 tools (with them; forge's own tools without).
+	once := func(args ...string) (initialized, listed time.Duration) {
 		cmd := exec.Command(bin, append([]string{"--state-dir", state, "serve"}, args...)...)
 		in, _ := cmd.StdinPipe()
 		out, _ := cmd.StdoutPipe()
@@ -40,25 +37,54 @@ func BenchmarkServeInitialized(b *testing.B) {
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
+		defer func() {
+			in.Close()
+			_ = cmd.Wait()
+		}()
+		r := bufio.NewReader(out)
 		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}`)
-		line, err := bufio.NewReader(out).ReadString('\n')
-		d := time.Since(start)
-		in.Close()
-		_ = cmd.Wait()
+		line, err := r.ReadString('\n')
+		initialized = time.Since(start)
 		if err != nil || !strings.Contains(line, `"id":1`) {
 			b.Fatalf("initialize: %q, %v", line, err)
 		}
-		return d
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		fmt.Fprintln(in, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+		for {
+			line, err = r.ReadString('\n')
+			if err != nil {
+				b.Fatalf("tools/list: %v", err)
+			}
+			if strings.Contains(line, `"id":2`) {
+				break // notifications (list_changed) may come first
+			}
+		}
+		listed = time.Since(start)
+		if len(args) > 0 && !strings.Contains(line, `"name":"t49"`) {
+			b.Fatalf("tools/list without the hosted tools: %.300s", line)
+		}
+		return initialized, listed
 	}
 	const n = 5
-	var plain, tools []time.Duration
+	once("--tools", path) // fills the table cache
+	var plain, cached, cold, plainL, cachedL, coldL []time.Duration
 	for range n {
-		plain = append(plain, once())
-		tools = append(tools, once("--tools", path))
+		i, l := once()
+		plain, plainL = append(plain, i), append(plainL, l)
+		i, l = once("--tools", path)
+		cached, cachedL = append(cached, i), append(cachedL, l)
+		// A new path each time: no cached table, it is read in a sandbox.
+		i, l = once("--tools", testenv.HostedTools(b, testenv.ManyTools(50)).Path)
+		cold, coldL = append(cold, i), append(coldL, l)
 	}
 	b.ReportMetric(ms(median(plain)), "serve-initialized-ms")
-	b.ReportMetric(ms(median(tools)), "serve-50-tools-initialized-ms")
-	b.ReportMetric(float64(median(tools))/float64(median(plain)), "tools/plain")
+	b.ReportMetric(ms(median(cached)), "serve-50-tools-initialized-ms")
+	b.ReportMetric(ms(median(cold)), "serve-50-tools-uncached-initialized-ms")
+	b.ReportMetric(float64(median(cached))/float64(median(plain)), "tools/plain")
+	b.ReportMetric(ms(median(plainL)), "serve-listed-ms")
+	b.ReportMetric(ms(median(cachedL)), "serve-50-tools-listed-ms")
+	b.ReportMetric(ms(median(coldL)), "serve-50-tools-uncached-listed-ms")
+	b.ReportMetric(float64(median(cachedL))/float64(median(plainL)), "listed-tools/plain")
 }
 
 func median(ds []time.Duration) time.Duration {

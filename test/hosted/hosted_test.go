@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,13 +29,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-const v1 = `from forge_tools import tool
-
-@tool
-def add(a: int, b: int = 1) -> int:
-    """Adds two integers."""
-    return a + b
-`
+const v1 = testenv.AddTools
 
 const v2 = v1 + `
 @tool
@@ -46,17 +39,13 @@ def mul(a: int, b: int) -> int:
 
 func newHost(t *testing.T, eng *engine.Engine, src string, reload time.Duration) (*hosted.Host, string, error) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "tools.py")
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := profiles.Default().HostedTools
-	cfg.Path, cfg.PoolSize, cfg.ReloadInterval = path, 1, profiles.Duration(reload)
+	cfg := testenv.HostedTools(t, src)
+	cfg.ReloadInterval = profiles.Duration(reload)
 	h, err := hosted.New(context.Background(), hosted.Options{Engine: eng, Config: cfg, StateDir: eng.Config().StateDir})
 	if err == nil {
 		t.Cleanup(func() { h.Close() })
 	}
-	return h, path, err
+	return h, cfg.Path, err
 }
 
 // client speaks JSON-RPC lines to ServeStdio.

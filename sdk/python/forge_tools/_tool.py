@@ -259,13 +259,21 @@ class Tool:
             raise InvalidArguments(self.name, e.path, e.reason) from e.__cause__
         return args, kwargs
 
-    def call(self, arguments: Any = None, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Calls the tool and returns an MCP CallToolResult; raises only InvalidArguments."""
+    def call(self, arguments: Any = None, timeout: Optional[float] = None, *, inline: bool = False) -> Dict[str, Any]:
+        """Calls the tool and returns an MCP CallToolResult; raises only InvalidArguments.
+
+        inline runs a sync tool on the calling thread, with no timeout of its own: for a
+        caller that enforces one from outside (forge kills the sandbox), which saves the
+        hand-over to a worker thread."""
         args, kwargs = self.bind(arguments)
         limit = self._limit(timeout)
         try:
             if self.is_async:
                 value = _background_loop().run(self.fn(*args, **kwargs), limit)
+            elif inline:
+                value = self.fn(*args, **kwargs)
+                if inspect.iscoroutine(value):  # a sync wrapper around an async function
+                    value = _background_loop().run(value, limit)
             else:
                 value = _WORKERS.run(self.fn, args, kwargs, limit)
                 if inspect.iscoroutine(value):  # a sync wrapper around an async function
@@ -636,8 +644,8 @@ class Toolbox:
             raise UnknownTool(name, tuple(self.tools))
         return t
 
-    def call(self, name: str, arguments: Any = None, timeout: Optional[float] = None) -> Dict[str, Any]:
-        return self.get(name).call(arguments, timeout)
+    def call(self, name: str, arguments: Any = None, timeout: Optional[float] = None, *, inline: bool = False) -> Dict[str, Any]:
+        return self.get(name).call(arguments, timeout, inline=inline)
 
     async def acall(self, name: str, arguments: Any = None, timeout: Optional[float] = None) -> Dict[str, Any]:
         return await self.get(name).acall(arguments, timeout)

@@ -140,6 +140,25 @@ def test_timeouts():
     assert dispatch(m, "stuck", timeout=5)["structuredContent"] == {"result": 1}
 
 
+def test_inline_calls_run_on_the_calling_thread():
+    @tool
+    def where() -> str:
+        return threading.current_thread().name
+
+    @tool
+    async def awhere() -> str:
+        return "async"
+
+    t = get_tool(where)
+    me = threading.current_thread().name
+    assert t.call({}, inline=True)["structuredContent"] == {"result": me}
+    assert t.call({})["structuredContent"] != {"result": me}  # a worker thread
+    assert Toolbox([t]).call("where", {}, inline=True)["structuredContent"] == {"result": me}
+    assert get_tool(awhere).call({}, inline=True)["structuredContent"] == {"result": "async"}
+    with pytest.raises(InvalidArguments):
+        t.call({"x": 1}, inline=True)
+
+
 def test_async_timeout_cancels_the_coroutine():
     cancelled = threading.Event()
 
