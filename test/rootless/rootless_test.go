@@ -43,6 +43,7 @@ type user struct {
 	forge    string         // a copy of bin/forge the user can run
 	mcp      string         // a copy of bin/mcpserver
 	layout   string         // a copy of the base image's OCI layout
+	cgroup   *os.File       // when set, forge starts in this cgroup (v2)
 }
 
 func newUser(t *testing.T) *user {
@@ -126,6 +127,9 @@ func (u *user) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, u.forge, args...)
 	c.Dir, c.Env = u.home, u.env()
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}}
+	if u.cgroup != nil {
+		c.SysProcAttr.UseCgroupFD, c.SysProcAttr.CgroupFD = true, int(u.cgroup.Fd())
+	}
 	return c
 }
 
