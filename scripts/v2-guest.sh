@@ -12,6 +12,13 @@
 # guest init mounts cgroup2, enables +memory +pids +cpu, moves itself into
 # /init.scope and brings lo up.
 #
+# Then, as an ordinary user (test/rootless TestRootlessDelegatedCgroup, which
+# makes the user with useradd), rootless forge in a cgroup delegated to that
+# user by chown, as systemd's Delegate=yes does: OOM at the memory limit,
+# the pids limit, usage read back, the invariants and doctor. The host's
+# newuidmap/newgidmap (Debian's uidmap) are copied in; the base image has
+# their libraries, useradd and /etc/subuid. V2_ROOTLESS= leaves it out.
+#
 # Kernel, initramfs and the extracted rootfs are cached under
 # $FORGE_CACHE_DIR/v2-guest (~/.cache/forge/v2-guest); each run only copies
 # the fresh binaries in and builds the disk (mkfs.ext4 -d, no loop mount).
@@ -36,11 +43,12 @@ run=${V2_RUN:-.}            # -test.run of the sandbox tests
 # runs it).
 tcg_skip='^(TestRunEndings|TestTimeout|TestForkBombContained|TestWorkspaceInodesCapped|TestZygote.*)$'
 timeout_min=${V2_TIMEOUT_MIN:-25}
+rootless_run=${V2_ROOTLESS-^TestRootlessDelegatedCgroup\$}
 
 log() { printf 'v2-guest: %s\n' "$*" >&2; }
 t0=$(date +%s)
-for tool in qemu-system-x86_64 busybox mkfs.ext4 cpio depmod; do
-	command -v "$tool" >/dev/null || { log "$tool missing (scripts/install-deps.sh v2 installs qemu-system-x86, busybox-static, e2fsprogs, cpio, kmod)"; exit 2; }
+for tool in qemu-system-x86_64 busybox mkfs.ext4 cpio depmod newuidmap newgidmap; do
+	command -v "$tool" >/dev/null || { log "$tool missing (scripts/install-deps.sh v2 installs qemu-system-x86, busybox-static, e2fsprogs, cpio, kmod, uidmap)"; exit 2; }
 done
 [[ -d $layout ]] || { log "$layout missing: run make image"; exit 2; }
 [[ $(id -u) -eq 0 ]] || { log "needs root (the guest rootfs keeps its files' owners)"; exit 2; }
@@ -144,7 +152,8 @@ fi
 
 # What this run tests: fresh binaries, the image layout, the guest init.
 log "building the test binary and forge"
-(cd "$root" && make -s build >/dev/null && go test -c -tags "$tags" -o "$dir/sandbox.test" ./runtime/sandbox)
+(cd "$root" && make -s build bin/mcpserver >/dev/null && go test -c -tags "$tags" -o "$dir/sandbox.test" ./runtime/sandbox &&
+	go test -c -tags "$tags" -o "$dir/rootless.test" ./test/rootless)
 
 # The tests' state dir with the base image already imported, by the host's
 # forge into the cached rootfs (an import under TCG takes minutes; the
@@ -152,7 +161,9 @@ log "building the test binary and forge"
 "$root/bin/forge" --state-dir "$base/var/lib/forge-test" image import "oci:$layout" >/dev/null
 stage=$base/forge-v2
 rm -rf "$stage" && mkdir -p "$stage/cache/images"
-cp "$dir/sandbox.test" "$root/bin/forge" "$stage/"
+cp "$dir/sandbox.test" "$dir/rootless.test" "$root/bin/forge" "$root/bin/mcpserver" "$stage/"
+# setuid root, as the uidmap package installs them
+install -m 4755 -o root -g root "$(command -v newuidmap)" "$(command -v newgidmap)" "$base/usr/local/bin/"
 cp -r "$layout" "$stage/cache/images/"
 cat >"$stage/init.sh" <<EOF
 #!/forge-v2/bin/busybox sh
@@ -172,7 +183,13 @@ cd /forge-v2
 export CI=true FORGE_CACHE_DIR=/forge-v2/cache FORGE_TEST_STATE_DIR=/var/lib/forge-test
 ./forge --state-dir /var/lib/forge-test doctor
 ./sandbox.test -test.v -test.count=1 -test.timeout ${timeout_min}m -test.run '$run' -test.skip '$skip' 2>&1
-echo "FORGE-V2-RC=\$?"
+rc=\$?
+if [ -n '$rootless_run' ]; then
+	echo "v2-guest: rootless in a delegated cgroup"
+	FORGE_TEST_FORGE=/forge-v2/forge FORGE_TEST_MCPSERVER=/forge-v2/mcpserver TMPDIR=/var/tmp FORGE_TEST_ROOTLESS_TIMEOUT=12m \
+		./rootless.test -test.v -test.count=1 -test.timeout 20m -test.run '$rootless_run' 2>&1 || rc=1
+fi
+echo "FORGE-V2-RC=\$rc"
 \$bb sync
 echo o > /proc/sysrq-trigger
 \$bb poweroff -f

@@ -52,7 +52,7 @@ func hostChecks() []check {
 		detail = verr.Error()
 	}
 	if rootless.Active() {
-		detail += " (the host's; a rootless forge owns none of them: see the rootless limit rows)"
+		detail += " (the host's; a rootless forge uses them only in a delegated subtree: see the rootless limit rows)"
 	}
 	cs = append(cs, check{Name: "cgroups", Found: verr == nil, Detail: detail, Disables: "all sandboxes (memory, CPU and pids limits)"})
 	for _, c := range []struct{ name, disables string }{

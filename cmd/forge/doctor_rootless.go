@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/profiles"
@@ -27,16 +28,21 @@ func rootlessIDCheck(cfg *profiles.Config) check {
 	return c
 }
 
-// rootlessLimitChecks say exactly which sandbox limits hold rootless.
+// rootlessLimitChecks say exactly which sandbox limits hold rootless: the
+// cgroup limits of a delegated cgroup v2 subtree forge runs in, or rlimits,
+// with what is missing for cgroups.
 func rootlessLimitChecks() []check {
-	held := sandbox.HeldRootless()
+	held, err := sandbox.RootlessHeld("/proc", "/sys/fs/cgroup")
 	f := func(name, how, disables string) check {
 		return check{Name: "limit " + name + " (rootless)", Found: how != "", Detail: how, Disables: disables}
 	}
-	// Informational: forge does not use a delegated subtree yet.
-	deleg := check{Name: "delegated cgroup v2 (rootless)", Found: true, Detail: "none (this process's cgroup is not writable by it)"}
-	if d := sandbox.DelegatedCgroupV2("/proc", "/sys/fs/cgroup"); d != "" {
-		deleg.Detail = d + " is writable (delegated), but forge does not use it yet: the limits below are rlimits"
+	deleg := check{Name: "delegated cgroup v2 (rootless)", Found: err == nil,
+		Disables: "cgroup limits for sandboxes: the limits below are rlimits"}
+	if err != nil {
+		deleg.Detail = err.Error()
+	} else {
+		deleg.Detail = fmt.Sprintf("%s: forge moves into %s/%s and puts each sandbox's cgroup (%s) in %s/%s",
+			held.Delegated, held.Delegated, sandbox.SupervisorCgroup, strings.Join(sandbox.DelegatedControllers, ", "), held.Delegated, sandbox.DefaultCgroupParent)
 	}
 	return []check{
 		deleg,

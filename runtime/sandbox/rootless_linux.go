@@ -4,9 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"path"
 	"strconv"
-	"strings"
 
 	"github.com/opencontainers/runc/libcontainer/configs"
 	"golang.org/x/sys/unix"
@@ -18,8 +17,8 @@ import (
 
 // Rootless mode: forge runs as root of a user namespace of its own
 // (internal/rootless), over the user's uid and subordinate range. The
-// sandboxes' blocks are cut from that range, and without a cgroup the user
-// owns, limits are rlimits.
+// sandboxes' blocks are cut from that range, and limits come from a
+// delegated cgroup v2 subtree (delegate_linux.go) or, without one, rlimits.
 
 // overflowID is the id the kernel shows for ids a namespace does not map:
 // every host process of another user carries it in forge's /proc, so no
@@ -56,35 +55,15 @@ func RootlessIDs(procRoot string, block, uid uint32) (idmap.Range, uint32, error
 	return r, block, nil
 }
 
-// DelegatedCgroupV2 is the cgroup v2 directory this process could create
-// sandbox cgroups in (a delegated subtree: a systemd user scope with
-// Delegate=yes, or one the admin chowned to the user), "" when there is
-// none. forge doctor reports it; the runtime does not use it yet.
-func DelegatedCgroupV2(procRoot, cgroupRoot string) string {
-	b, err := os.ReadFile(procRoot + "/self/cgroup")
-	if err != nil {
-		return ""
-	}
-	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
-		p, ok := strings.CutPrefix(line, "0::")
-		if !ok {
-			continue
-		}
-		dir := filepath.Join(cgroupRoot, p)
-		if unix.Access(filepath.Join(dir, "cgroup.subtree_control"), unix.W_OK) == nil &&
-			unix.Access(filepath.Join(dir, "cgroup.procs"), unix.W_OK) == nil {
-			return dir
-		}
-	}
-	return ""
-}
-
 // LimitsHeld says which sandbox limits hold in this runtime and how, for
 // forge doctor and the logs.
 type LimitsHeld struct {
 	// Cgroup is true when each sandbox has a cgroup of its own (root, or a
 	// delegated v2 subtree).
 	Cgroup bool `json:"cgroup"`
+	// Delegated is the delegated cgroup v2 subtree a rootless forge's
+	// cgroups are in ("" as root, or with rlimits).
+	Delegated string `json:"delegated,omitempty"`
 	// Memory, Pids, CPU, Freeze and Parent (all sandboxes together) say
 	// how each is held ("" when it is not).
 	Memory, Pids, CPU, Freeze, Parent string
@@ -102,6 +81,9 @@ func (h LimitsHeld) String() string {
 
 // Held is what limits this runtime's sandboxes get.
 func (r *Runtime) Held() LimitsHeld {
+	if r.delegated != "" {
+		return HeldDelegated(r.delegated, path.Base(r.cgroupBase))
+	}
 	if !r.noCgroups {
 		return LimitsHeld{Cgroup: true, Memory: "cgroup memory.max (all processes together, OOM kill)", Pids: "cgroup pids.max",
 			CPU: "cgroup CPU quota", Freeze: "cgroup freezer", Parent: "cgroup " + r.cgroupBase}

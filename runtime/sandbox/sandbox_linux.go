@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -88,6 +89,7 @@ type Runtime struct {
 	budgets    UserLimits       // each sandbox's per-user kernel limits
 	rootless   bool             // forge runs as an ordinary user (internal/rootless)
 	noCgroups  bool             // rootless without a cgroup of its own: rlimits, no freezer
+	delegated  string           // rootless in this delegated cgroup v2 subtree (delegate_linux.go)
 	procRoot   string
 	nested     int64 // Budget.NestedNamespaces
 	log        *slog.Logger
@@ -142,7 +144,8 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, err
 		}
 		opts.IDRange, opts.IDBlockSize = ids, block
-		r.rootless, r.noCgroups = true, true
+		r.rootless = true
+		r.delegate(&opts)
 		if ids.Size == 0 {
 			// No subordinate range: only the user's own uid is mapped
 			// (forge's root); every sandbox runs as it (forge doctor says
@@ -150,7 +153,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 			r.log.Warn("rootless without a subordinate range: every sandbox runs as your own uid; add a range in /etc/subuid and /etc/subgid (forge doctor)", "uid", rootless.UID())
 			r.ids = idmap.NewShared(idmap.Range{Start: 0, Size: 1})
 		}
-		if opts.Parent != (ParentLimits{}) {
+		if r.noCgroups && opts.Parent != (ParentLimits{}) {
 			r.log.Debug("rootless: no cgroup of forge's own; the parent limits (limits.memory, limits.pids of all sandboxes together) do not hold", "memory", cgroups.FormatMemory(opts.Parent.MemoryBytes), "pids", opts.Parent.Pids)
 			opts.Parent = ParentLimits{}
 		}
@@ -196,6 +199,30 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		r.log.Warn("cleaning up orphaned sandboxes", "err", err)
 	}
 	return r, nil
+}
+
+// delegate makes a rootless runtime put its sandboxes' cgroups in the
+// delegated cgroup v2 subtree it runs in, or use rlimits (noCgroups) when
+// there is none or it cannot be prepared. opts' cgroup root and parent then
+// name the sandboxes' parent in that subtree, for setLimits.
+func (r *Runtime) delegate(opts *Options) {
+	d, err := FindDelegated(opts.ProcRoot, opts.CgroupRoot)
+	if err == nil {
+		err = d.Prepare(opts.CgroupRoot, opts.CgroupParent)
+		if err != nil {
+			r.log.Warn("rootless: the delegated cgroup cannot be used; limits are rlimits", "cgroup", d.Root, "err", err)
+		}
+	} else {
+		r.log.Info("rootless: limits are rlimits (forge doctor)", "why", err)
+	}
+	if err != nil {
+		r.noCgroups = true
+		return
+	}
+	r.delegated = d.Root
+	r.cgroupBase = path.Join(d.Root, opts.CgroupParent)
+	opts.CgroupRoot = filepath.Join(opts.CgroupRoot, d.Root)
+	r.log.Info("rootless: sandboxes' cgroups in the delegated subtree", "cgroup", r.cgroupBase)
 }
 
 // setLimits sizes the sandboxes' kernel budgets and caps the parent cgroup.
@@ -592,7 +619,7 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 	t0 := time.Now()
 	specconvMu.Lock()
 	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
-		CgroupName: id, Spec: spec, NoNewKeyring: true, RootlessCgroups: r.noCgroups,
+		CgroupName: id, Spec: spec, NoNewKeyring: true, RootlessCgroups: r.rootless,
 	})
 	if err == nil {
 		// The devices point at specconv's package-level defaults, which
@@ -777,9 +804,11 @@ func (s *Sandbox) HostGID() int { return int(s.lease.Range().Start + s.uid) }
 // in its cgroup, which no process outside can join (the cgroup is host
 // root's, and the sandbox cannot create cgroups).
 func (s *Sandbox) OwnsProcess(pid int) (bool, error) {
-	if s.rt.noCgroups {
-		// No cgroup: its pid namespace, which nothing outside can join
-		// (setns needs a capability in the sandbox's user namespace).
+	if s.rt.rootless {
+		// Rootless, the cgroup (if any) is the user's, whose other
+		// processes could join it: its pid namespace, which nothing
+		// outside can join (setns needs a capability in the sandbox's
+		// user namespace).
 		return inPidNS(s.rt.procRoot, s.Pid(), pid)
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")

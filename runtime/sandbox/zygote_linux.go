@@ -578,7 +578,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	go func() {
 		res := cfg.Limits.Resources()
 		res.Devices = t.devices // a devices cgroup of its own, with a container's rules
-		m, err := manager.New(&occgroups.Cgroup{Path: cgroupPath, Resources: res})
+		m, err := manager.New(&occgroups.Cgroup{Path: cgroupPath, Resources: res, Rootless: r.rootless})
 		if err == nil {
 			if err = m.Apply(-1); err == nil {
 				err = m.Set(res)

@@ -43,6 +43,7 @@ type user struct {
 	forge    string         // a copy of bin/forge the user can run
 	mcp      string         // a copy of bin/mcpserver
 	layout   string         // a copy of the base image's OCI layout
+	cgroup   *os.File       // when set, forge starts in this cgroup (v2)
 }
 
 func newUser(t *testing.T) *user {
@@ -53,6 +54,9 @@ func newUser(t *testing.T) *user {
 		testutil.Require(t, err == nil, tool+" missing (Debian packages passwd, uidmap)")
 	}
 	forgeBin := filepath.Join(testenv.RepoRoot(), "bin", "forge")
+	if p := os.Getenv("FORGE_TEST_FORGE"); p != "" { // the v2 guest has no checkout
+		forgeBin = p
+	}
 	_, err := os.Stat(forgeBin)
 	testutil.Require(t, err == nil, forgeBin+" missing: run make build")
 	layout := testutil.BaseImageLayout(t, testenv.BaseImage)
@@ -126,6 +130,9 @@ func (u *user) cmd(ctx context.Context, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, u.forge, args...)
 	c.Dir, c.Env = u.home, u.env()
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}}}
+	if u.cgroup != nil {
+		c.SysProcAttr.UseCgroupFD, c.SysProcAttr.CgroupFD = true, int(u.cgroup.Fd())
+	}
 	return c
 }
 
@@ -141,7 +148,7 @@ func (u *user) run(t *testing.T, args ...string) string {
 
 // try runs forge as the user: stdout, stderr and how it exited.
 func (u *user) try(args ...string) (string, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout())
 	defer cancel()
 	c := u.cmd(ctx, args...)
 	var out, errb bytes.Buffer
@@ -152,7 +159,18 @@ func (u *user) try(args ...string) (string, string, error) {
 
 func (u *user) importImage(t *testing.T) {
 	t.Helper()
+	t0 := time.Now()
 	u.run(t, "image", "import", "oci:"+u.layout)
+	t.Logf("image import as %s: %s", u.name, time.Since(t0).Round(time.Second))
+}
+
+// commandTimeout bounds each forge command: 3 min, or
+// FORGE_TEST_ROOTLESS_TIMEOUT (the v2 guest under TCG is 15-30 x slower).
+func commandTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("FORGE_TEST_ROOTLESS_TIMEOUT")); err == nil && d > 0 {
+		return d
+	}
+	return 3 * time.Minute
 }
 
 // invariantsPy reports what the sandbox is: its uid, whether / is
