@@ -138,7 +138,7 @@ func exportBPF(f *libseccomp.ScmpFilter) ([]byte, error) {
 // through: its children make their namespaces and mounts under it before
 // each loads the full default profile on top (filters stack; the stricter
 // verdict wins).
-var templateAllowed = []string{"unshare", "mount", "umount2"}
+var templateAllowed = []string{"unshare", "mount", "umount2", "move_mount"} // move_mount: a child's bridge directory
 
 // Template is the filter of a zygote template: Docker's profile for a
 // process holding CAP_SYS_ADMIN in its own user namespace (clone with

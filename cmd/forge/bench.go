@@ -29,7 +29,7 @@ back-to-back calls after 2 s idle and under sustained back-to-back load,
 with the share of calls the pool served; then, for each sandbox mode
 (container and zygote), cold latency and burst throughput at concurrency
 1, 2, 4 with the pool off (every run a fresh sandbox), and zygote mode with
-the pool.
+the pool, each beside bare python measured again just before it.
 --cpuprofile writes a Go CPU profile of forge itself (go tool pprof).
 `
 
@@ -48,6 +48,11 @@ type benchRow struct {
 	PoolHitPct *float64 `json:"pool_hit_pct,omitempty"`
 	// RatioWarm is p50 over the paced warm p50, for the burst rows.
 	RatioWarm float64 `json:"ratio_to_warm,omitempty"`
+	// The mode rows' ratios to bare python measured just before them (the
+	// load of a shared host drifts over a run): p50 over bare p50, and
+	// runs/s over the sequential bare loop's.
+	RatioBeside     float64 `json:"ratio_to_bare_beside,omitempty"`
+	LoopRatioBeside float64 `json:"ratio_to_loop_beside,omitempty"`
 }
 
 func cmdBench(ctx context.Context, g *globals, args []string) error {
@@ -206,7 +211,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	st := warm.PoolStats()
 	warm.Close(time.Second)
 	warmOpen = false
-	modeRows, err := benchModes(ctx, g, cfg, req, *runs)
+	modeRows, err := benchModes(ctx, g, cfg, req, *runs, py)
 	if err != nil {
 		return err
 	}
@@ -240,6 +245,14 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 			if r.Throughput > 0 && r.Name != loop.Name {
 				fmt.Fprintf(g.stdout, "%s: %.2f × the sequential bare-python loop\n", r.Name, r.Throughput/loop.Throughput)
 			}
+		}
+	}
+	for _, r := range rows {
+		if r.RatioBeside > 0 {
+			fmt.Fprintf(g.stdout, "%s: p50 %.2f × bare python measured beside it\n", r.Name, r.RatioBeside)
+		}
+		if r.LoopRatioBeside > 0 {
+			fmt.Fprintf(g.stdout, "%s: %.2f × the bare loop measured beside it\n", r.Name, r.LoopRatioBeside)
 		}
 	}
 	for _, s := range st {
@@ -392,8 +405,9 @@ func throughput(ctx context.Context, eng *engine.Engine, req engine.Request, con
 // benchModes measures each sandbox mode with the pool off (cold latency,
 // burst throughput: every run makes and destroys a sandbox) and zygote
 // mode with the pool.
-func benchModes(ctx context.Context, g *globals, cfg *profiles.Config, req engine.Request, runs int) ([]benchRow, error) {
+func benchModes(ctx context.Context, g *globals, cfg *profiles.Config, req engine.Request, runs int, py string) ([]benchRow, error) {
 	var rows []benchRow
+	barePy := func() error { return exec.CommandContext(ctx, py, "-c", "print(1)").Run() }
 	for _, mode := range []string{"container", "zygote"} {
 		for _, pool := range []bool{false, true} {
 			if pool && mode == "container" {
@@ -415,15 +429,28 @@ func benchModes(ctx context.Context, g *globals, cfg *profiles.Config, req engin
 				eng.Prewarm()
 			}
 			_ = runOnce(ctx, eng, req) // a zygote's template starts here, untimed
+			bare := measure(runs/4, barePy)
+			loop := throughputOf(1, runs/4, barePy)
+			bare.Name, loop.Name = "bare python3 -c, beside "+what, "bare python3 -c loop, beside "+what
+			rows = append(rows, bare, loop)
+			beside := func(r benchRow) benchRow {
+				if bare.P50MS > 0 {
+					r.RatioBeside = r.P50MS / bare.P50MS
+				}
+				if loop.Throughput > 0 {
+					r.LoopRatioBeside = r.Throughput / loop.Throughput
+				}
+				return r
+			}
 			if !pool {
 				r := measure(runs/4, func() error { return runOnce(ctx, eng, req) })
 				r.Name = what + ": cold"
-				rows = append(rows, r)
+				rows = append(rows, beside(r))
 			}
 			for _, c := range []int{1, 2, 4} {
 				r := throughputOf(c, runs/2, func() error { return runOnce(ctx, eng, req) })
 				r.Name = fmt.Sprintf("%s: burst, concurrency %d", what, c)
-				rows = append(rows, r)
+				rows = append(rows, beside(r))
 			}
 			eng.Close(time.Second)
 		}

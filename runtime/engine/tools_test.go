@@ -3,12 +3,14 @@ package engine_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
 func toolsEngine(t *testing.T, pool bool) *engine.Engine {
@@ -57,6 +59,19 @@ s.sendall(json.dumps({"tool": "echo", "arguments": {"text": "x"}}).encode() + b"
 	if _, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: "1", MCPTools: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), "add") {
 		t.Errorf("unknown tool: %v", err)
 	}
+	checkZygoteChildren(t, eng)
+}
+
+// checkZygoteChildren fails a test run in zygote mode (TestZygoteMode) if a
+// sandbox was started as a container instead of a zygote child.
+func checkZygoteChildren(t *testing.T, eng *engine.Engine) {
+	t.Helper()
+	if os.Getenv(testenv.ModeEnv) != string(sandbox.ModeZygote) {
+		return
+	}
+	if st := eng.Runtime().ZygoteStats(); st.Forks == 0 || st.Fallbacks != 0 {
+		t.Errorf("zygote stats %+v: want code mode's sandboxes forked, none started as containers", st)
+	}
 }
 
 func TestCodeModeSession(t *testing.T) {
@@ -71,4 +86,5 @@ func TestCodeModeSession(t *testing.T) {
 			t.Errorf("add across session calls = %v", res.Result)
 		}
 	}
+	checkZygoteChildren(t, eng)
 }

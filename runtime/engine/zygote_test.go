@@ -6,9 +6,10 @@ import (
 	"github.com/mcp-forge/forge/internal/testenv"
 )
 
-// TestZygoteMode runs the session, hibernation and execution tests again
-// with the engine's sandboxes forked from zygote templates: the pool,
-// sessions and hibernation see a child as they see a container.
+// TestZygoteMode runs the session, hibernation, execution and code-mode
+// tests again with the engine's sandboxes forked from zygote templates: the
+// pool, sessions, hibernation and the bridge see a child as they see a
+// container.
 func TestZygoteMode(t *testing.T) {
-	testenv.RunInZygoteMode(t, "^(TestSession.*|TestDocumentStateAndFiles|TestHibernation.*)$", 8)
+	testenv.RunInZygoteMode(t, "^(TestSession.*|TestDocumentStateAndFiles|TestHibernation.*|TestCodeMode.*)$", 12)
 }

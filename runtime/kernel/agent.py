@@ -1136,7 +1136,12 @@ def _handle(line):
     return reply
 
 
+_known_modules = None  # what _modules found, when a zygote template found it before forking
+
+
 def _modules():
+    if _known_modules is not None:
+        return dict(_known_modules)
     found = {}
     for name in OPTIONAL_MODULES:  # importlib.util.find_spec without importing importlib.util
         found[name] = False

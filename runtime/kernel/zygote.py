@@ -9,15 +9,15 @@ code goes over them once the child is a sandbox of its own. The template stays s
 (a fork copies only the forking thread), runs as root of its own user namespace with CAP_SETUID
 and CAP_SETGID alone, and holds nothing secret.
 
-One fork, step by step (the child is I, its child P is pid 1 of the new sandbox, P's child Q is
-the agent):
-  template  fork I; write I's uid_map/gid_map (a sub-range the host gave) once I asked for it
-  I         unshare the user namespace; wait for the map; wait for the host to move it into the
-            sandbox's own cgroup; unshare mount, pid, net, ipc, uts and cgroup; fork P; wait P
-  P         mount a fresh /proc (masked like a container's), /tmp, /workspace, /dev/shm,
-            /dev/mqueue, /dev/pts; loopback up; hostname; user.* limits; rlimits; drop the
-            bounding set; become the sandbox user (no capabilities); no_new_privs; seccomp; then
-            the agent's own pid-1 split (P becomes the reaper, Q the agent)
+One fork, step by step (the child P is pid 1 of the new sandbox, P's child Q is the agent):
+  template  clone P into new user, mount, pid, net, ipc and uts namespaces; write P's
+            uid_map/gid_map (a sub-range the host gave)
+  P         wait for the map; mount a fresh /proc (masked like a container's), /tmp, /workspace,
+            /dev/shm, /dev/mqueue, /dev/pts; loopback up; hostname (all while the host moves P
+            into the sandbox's own cgroup); wait for the host; unshare the cgroup namespace;
+            user.* limits; /proc read-only parts; rlimits; drop the bounding set; become the
+            sandbox user (no capabilities); no_new_privs; seccomp; then the agent's own pid-1
+            split (P becomes the reaper, Q the agent)
   Q         reseed what fork copied (random, numpy), then serve the host as the agent does
 """
 
@@ -79,6 +79,18 @@ def _b(s):
 
 def mount(src, dst, fstype, flags, data=None):
     _check(libc.mount(_b(src), _b(dst), _b(fstype), flags, _b(data)), "mount " + dst)
+
+
+SYS_MOVE_MOUNT = 429  # the same number on every architecture
+MOVE_MOUNT_F_EMPTY_PATH = 4
+AT_FDCWD = -100
+BRIDGE = "/run/forge"
+
+
+def _move_mount(fd, dst):
+    L = ctypes.c_long
+    _check(libc.syscall(L(SYS_MOVE_MOUNT), L(fd), b"", L(AT_FDCWD), dst.encode(), L(MOVE_MOUNT_F_EMPTY_PATH)),
+           "move_mount " + dst)
 
 
 def unshare(flags):
@@ -159,9 +171,18 @@ def _place_fds(req_fd, rep_fd, err_fd):
     os.closerange(agent.REP_FD + 1, 1 << 16)
 
 
-def _init(req, fds):
+def _init(req, fds, p2c_r):
     """P: pid 1 of the new pid namespace, root of the new user namespace until it drops."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.close(CTL_FD)
+    if os.read(p2c_r, 1) != b"m":  # the template wrote P's uid_map and gid_map
+        os._exit(121)
+    os.close(p2c_r)
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
     uid = req["uid"]
+    # While the host moves P into the sandbox's cgroup, P makes its mounts (no user code yet).
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount_proc()
     _tmpfs("/tmp", req["tmp_size"], uid)
@@ -169,12 +190,21 @@ def _init(req, fds):
     mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=65536k")
     mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+    if len(fds) > 4:  # code mode: the bridge directory, a detached mount made by the host
+        _move_mount(fds[4], BRIDGE)
+        os.close(fds[4])
+        mount(None, BRIDGE, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     socket.sethostname(req["hostname"])
     _loopback_up()
-    for name, value in req.get("user_limits", {}).items():
+    if os.read(fds[3], 1) != b"g":  # the host moved P into the sandbox's cgroup
+        os._exit(122)
+    os.close(fds[3])
+    # Only now: the cgroup namespace's root is the cgroup P is in when it is made.
+    unshare(CLONE_NEWCGROUP)
+    for name, value in req.get("user_limits", {}).items():  # after the last namespace
         with open("/proc/sys/user/" + name, "w") as f:
             f.write(str(value))
-    _readonly_proc()
+    _readonly_proc()  # after the writes to /proc/sys
     for kind, (soft, hard) in req.get("rlimits", {}).items():
         resource.setrlimit(getattr(resource, kind), (soft, hard))
     for cap in range(CAP_LAST + 1):
@@ -197,69 +227,73 @@ def _init(req, fds):
     os._exit(0)
 
 
-def _child(req, fds, c2p_w, p2c_r):
-    """I: makes the namespaces, then waits for P and exits with its status."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.close(CTL_FD)
-    unshare(CLONE_NEWUSER)
-    os.write(c2p_w, b"u")
-    if os.read(p2c_r, 1) != b"m":
-        os._exit(121)
-    os.close(c2p_w)
-    os.close(p2c_r)
-    os.setresgid(0, 0, 0)
-    os.setresuid(0, 0, 0)
-    if os.read(fds[3], 1) != b"g":  # the host moved I into the sandbox's cgroup
-        os._exit(122)
-    unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _init(req, fds)
-        except BaseException as e:
-            os.write(fds[2], ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
-        os._exit(120)
-    for fd in fds:
-        os.close(fd)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    code = os.waitstatus_to_exitcode(status)
-    os._exit(code if code >= 0 else 128 - code)
+# clone(2) with every namespace but the cgroup's (made once P is in its own cgroup): the child
+# is pid 1 of its pid namespace at once, in one copy of the template (os.fork, then unshare and
+# a second fork, made two). It is the raw system call, so glibc's and Python's after-fork
+# handlers do not run in P: P only runs the steps of _init, single-threaded, then makes the agent
+# with os.fork (which runs them) and execs the reaper. PyDLL keeps the GIL held across the call.
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
+_syscall = ctypes.PyDLL(None, use_errno=True).syscall
+_syscall.restype = ctypes.c_long
+NS_FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+
+
+def _clone():
+    if SYS_CLONE is None:
+        raise OSError("zygote mode: no clone system call number for %s" % os.uname().machine)
+    pid = _syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(NS_FLAGS | signal.SIGCHLD),
+                   ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+    if pid < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "clone: " + os.strerror(e))
+    return pid
 
 
 def _fork(req, fds):
-    c2p_r, c2p_w = os.pipe()
     p2c_r, p2c_w = os.pipe()
-    pid = os.fork()
+    pid = _clone()
     if pid == 0:
         try:
-            os.close(c2p_r)
             os.close(p2c_w)
-            _child(req, fds, c2p_w, p2c_r)
+            _init(req, fds, p2c_r)
         except BaseException as e:
             try:
                 os.write(fds[2], ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
             finally:
                 os._exit(120)
-    os.close(c2p_w)
+        os._exit(120)
     os.close(p2c_r)
     try:
-        if os.read(c2p_r, 1) != b"u":
-            raise OSError("the child ended before its user namespace was made")
         line = "0 %d %d\n" % (req["ids_start"], req["ids_size"])
         for name in ("uid_map", "gid_map"):
             with open("/proc/%d/%s" % (pid, name), "w") as f:
                 f.write(line)
         os.write(p2c_w, b"m")
     finally:
-        os.close(c2p_r)
         os.close(p2c_w)
     return pid
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def _single_thread():
+    """clone(2) copies only the calling thread, and skips the at-fork handlers that would let a
+    library stop its threads first: the template must have no other thread. OpenBLAS (numpy)
+    starts a pool at import; it restarts it on its next call, in a child."""
+    if _threads() == 1:
+        return
+    with open("/proc/self/maps") as f:
+        libs = {line.split()[-1] for line in f if "blas" in line and ".so" in line}
+    for lib in sorted(libs):
+        try:
+            getattr(ctypes.CDLL(lib), "blas_thread_shutdown_")()
+        except (OSError, AttributeError):
+            pass
+    if _threads() != 1:
+        raise OSError("the warm modules left %d threads running in the zygote template; it forks "
+                      "only single-threaded (leave the module out of pool.warm_modules)" % _threads())
 
 
 def _send(ctl, obj):
@@ -272,6 +306,8 @@ def serve():
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     warmed = agent._warm(sys.argv[1:])
+    _single_thread()
+    agent._known_modules = agent._modules()  # the same for every child: found once, here
     gc.collect()
     gc.freeze()  # children share the heap; the collector must not write to it
     _send(ctl, {"op": "ready", "pid": os.getpid(), "warm": warmed,
@@ -302,8 +338,9 @@ def serve():
                     fds.extend(struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4]))
             try:
                 req = json.loads(msg)
-                if len(fds) != 4:
-                    raise OSError("fork request with %d descriptors, want 4" % len(fds))
+                want = 5 if req.get("bridge") else 4
+                if len(fds) != want:
+                    raise OSError("fork request with %d descriptors, want %d" % (len(fds), want))
                 _send(ctl, {"op": "forked", "id": req["id"], "pid": _fork(req, fds)})
             except Exception as e:
                 _send(ctl, {"op": "forked", "id": req.get("id") if isinstance(req, dict) else None,

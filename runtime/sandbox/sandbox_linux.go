@@ -100,6 +100,7 @@ type Runtime struct {
 	templates []*template              // forking
 	all       []*template              // not yet destroyed
 	starting  map[string]chan struct{} // rootfs → closed when its template start ended
+	beating   bool                     // beat runs
 	zstats    ZygoteStats
 }
 
@@ -438,6 +439,30 @@ func (c *Config) setDefaults(blockSize uint32, shared bool) error {
 // package globals of runc's specconv (the default devices).
 var specconvMu sync.Mutex
 
+// libcontainerConfig converts the spec of container id (a sandbox's or a
+// zygote template's) to libcontainer's config, with the spec's rlimits,
+// which specconv ignores. rootlessCgroups is specconv's option of that name.
+func libcontainerConfig(id string, spec *specs.Spec, rootlessCgroups bool) (*configs.Config, error) {
+	specconvMu.Lock()
+	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
+		CgroupName: id, Spec: spec, NoNewKeyring: true, RootlessCgroups: rootlessCgroups,
+	})
+	if err == nil {
+		// The devices point at specconv's package-level defaults, which
+		// it writes (owner uids) on every call: give this config copies.
+		for i, d := range lc.Devices {
+			c := *d
+			lc.Devices[i] = &c
+		}
+	}
+	specconvMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	lc.Rlimits = rlimits(spec.Process.Rlimits)
+	return lc, nil
+}
+
 func newID() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -541,26 +566,26 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	if err := r.ensureAgentDir(); err != nil {
 		return nil, err
 	}
-	if zygote && cfg.BridgeDir != "" {
-		// A child cannot bind-mount a host directory: code mode's sandboxes stay containers.
+	if zygote && (len(cfg.Binds) > 0 || len(cfg.BuildBinds) > 0) {
+		// A child gets its bridge directory (code mode's socket) as a detached
+		// mount; more binds (hosted tools, sandboxed servers, which also
+		// Spawn, and builds) stay containers.
 		r.zstat(func(z *ZygoteStats) { z.Fallbacks++ })
 		zygote = false
 	}
+	var s *Sandbox
+	var err error
 	if zygote {
-		s, err := r.startChild(ctx, cfg)
-		if err != nil {
-			return nil, err
+		s, err = r.startChild(ctx, cfg)
+	} else {
+		argv, compiled := r.agentArgv(ctx, cfg)
+		s, err = r.start(ctx, cfg, argv)
+		if err != nil && compiled && errors.Is(err, errAgentStart) && ctx.Err() == nil {
+			// Bytecode the image's Python does not run: forget it and start from source.
+			r.log.Warn("agent bytecode did not start; using the source", "image", cfg.ImageID, "err", err)
+			r.dropBytecode(cfg.ImageID)
+			s, err = r.start(ctx, cfg, kernel.Argv(kernel.AgentPath))
 		}
-		s.onDestroy = onDestroy
-		return s, nil
-	}
-	argv, compiled := r.agentArgv(ctx, cfg)
-	s, err := r.start(ctx, cfg, argv)
-	if err != nil && compiled && errors.Is(err, errAgentStart) && ctx.Err() == nil {
-		// Bytecode the image's Python does not run: forget it and start from source.
-		r.log.Warn("agent bytecode did not start; using the source", "image", cfg.ImageID, "err", err)
-		r.dropBytecode(cfg.ImageID)
-		s, err = r.start(ctx, cfg, kernel.Argv(kernel.AgentPath))
 	}
 	if err != nil {
 		return nil, err
@@ -617,23 +642,10 @@ func (r *Runtime) start(ctx context.Context, cfg Config, argv []string) (_ *Sand
 		return nil, err
 	}
 	t0 := time.Now()
-	specconvMu.Lock()
-	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{
-		CgroupName: id, Spec: spec, NoNewKeyring: true, RootlessCgroups: r.rootless,
-	})
-	if err == nil {
-		// The devices point at specconv's package-level defaults, which
-		// it writes (owner uids) on every call: give this config copies.
-		for i, d := range lc.Devices {
-			c := *d
-			lc.Devices[i] = &c
-		}
-	}
-	specconvMu.Unlock()
+	lc, err := libcontainerConfig(id, spec, r.rootless)
 	if err != nil {
 		return nil, fmt.Errorf("converting spec of sandbox %s: %w", id, err)
 	}
-	lc.Rlimits = rlimits(spec.Process.Rlimits)
 	if r.noCgroups {
 		lc.Rlimits = append(lc.Rlimits, rlimitsFor(cfg.Limits)...)
 	}

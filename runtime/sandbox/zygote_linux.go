@@ -19,7 +19,6 @@ import (
 	"github.com/opencontainers/cgroups/manager"
 	"github.com/opencontainers/runc/libcontainer"
 	"github.com/opencontainers/runc/libcontainer/configs"
-	"github.com/opencontainers/runc/libcontainer/specconv"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -104,7 +103,7 @@ type ZygoteStats struct {
 	Templates int `json:"templates"` // started
 	Retired   int `json:"retired"`   // destroyed after their forks or age
 	Forks     int `json:"forks"`     // children forked
-	Fallbacks int `json:"fallbacks"` // sandboxes started as containers instead (code mode)
+	Fallbacks int `json:"fallbacks"` // sandboxes started as containers instead (extra binds: hosted tools, builds)
 }
 
 // ZygoteStats reports zygote mode's counters.
@@ -127,7 +126,10 @@ type template struct {
 	started time.Time
 	stderr  *boundedBuffer
 	exited  chan struct{}
+	aging   *time.Timer    // retires the template at MaxAge, though nothing forks
 	devices []*config.Rule // the container's device rules, for each child's own devices cgroup
+	procs   *os.File       // the template's own cgroup.procs (see beat), nil if not opened
+	pid     string         // of the template's init, on the host
 
 	forkMu  sync.Mutex      // one fork request at a time
 	replies chan zygoteMsg  // "forked" replies, in order
@@ -144,10 +146,10 @@ type template struct {
 type zchild struct {
 	tpl     *template
 	slot    int
-	tplPid  int // I in the template's pid namespace
-	hostPid int // I on the host
+	tplPid  int // P (pid 1 of the sandbox) in the template's pid namespace
+	hostPid int // P on the host
 	s       *Sandbox
-	initPid int // P (pid 1 inside) on the host, once found
+	initPid int // P on the host, once known (the same as hostPid)
 	code    int // exit status, once exited
 }
 
@@ -224,6 +226,11 @@ func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, 
 	if err != nil {
 		return nil, 0, err
 	}
+	t.mu.Lock()
+	if !t.gone {
+		t.aging = time.AfterFunc(time.Until(t.started.Add(r.zopts.MaxAge)), t.retire)
+	}
+	t.mu.Unlock()
 	slot, ok := t.take()
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: a new template has no free slot", errTemplateGone)
@@ -251,6 +258,13 @@ func (t *template) take() (int, bool) {
 	t.free = t.free[:len(t.free)-1]
 	t.forks++
 	return slot, true
+}
+
+// retire retires the template (its age timer).
+func (t *template) retire() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.retireLocked()
 }
 
 // retireLocked stops forks; the template goes once its last child has.
@@ -303,19 +317,11 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	if err != nil {
 		return nil, err
 	}
-	specconvMu.Lock()
-	lc, err := specconv.CreateLibcontainerConfig(&specconv.CreateOpts{CgroupName: t.id, Spec: spec, NoNewKeyring: true})
-	if err == nil {
-		for i, d := range lc.Devices {
-			c := *d
-			lc.Devices[i] = &c
-		}
-	}
-	specconvMu.Unlock()
+	// Templates always have cgroups (zygote mode makes each child's on the host).
+	lc, err := libcontainerConfig(t.id, spec, false)
 	if err != nil {
 		return nil, fmt.Errorf("converting spec of zygote template %s: %w", t.id, err)
 	}
-	lc.Rlimits = rlimits(spec.Process.Rlimits)
 	t.devices = lc.Cgroups.Resources.Devices
 	if t.c, err = libcontainer.Create(r.root, t.id, lc); err != nil {
 		return nil, fmt.Errorf("creating zygote template %s: %w", t.id, err)
@@ -350,12 +356,77 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	select {
 	case m := <-ready:
 		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "took", time.Since(t.started))
+		t.openProcs()
 	case <-t.exited:
 		return nil, fmt.Errorf("zygote template %s %w: it exited%s", t.id, errAgentStart, note(t.stderr))
 	case <-ctx.Done():
 		return nil, fmt.Errorf("zygote template %s: %w", t.id, ctx.Err())
 	}
 	return t, nil
+}
+
+// Moving a process into a cgroup (each child's, at every fork) takes the
+// kernel's cgroup_threadgroup_rwsem for writing, which waits for an RCU
+// grace period unless another move happened within about one: ~10 ms here,
+// a third of a fork. While templates live, beat keeps moves fast by moving
+// a template's init into the cgroup it is already in every moveBeat (a
+// no-op move; the kernel's favordynmods mount option does the same for
+// good). The cost: while moves are frequent, forks and exits on the host
+// take the rwsem's slower, atomic read path.
+const moveBeat = 10 * time.Millisecond
+
+// openProcs opens the template's cgroup.procs for beat and starts beat
+// unless it runs.
+func (t *template) openProcs() {
+	tp, err := t.proc.Pid()
+	if err != nil {
+		return
+	}
+	st, err := t.c.State()
+	if err != nil {
+		return
+	}
+	dir, ok := st.CgroupPaths["pids"]
+	if !ok {
+		dir = st.CgroupPaths[""]
+	}
+	f, err := os.OpenFile(dir+"/cgroup.procs", os.O_WRONLY, 0)
+	if err != nil {
+		t.rt.log.Debug("zygote template: no cgroup.procs to keep moves fast", "template", t.id, "err", err)
+		return
+	}
+	r := t.rt
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	t.procs, t.pid = f, strconv.Itoa(tp)
+	if !r.beating {
+		r.beating = true
+		go r.beat()
+	}
+}
+
+// beat runs while a template lives (see moveBeat).
+func (r *Runtime) beat() {
+	tick := time.NewTicker(moveBeat)
+	defer tick.Stop()
+	for range tick.C {
+		r.tmu.Lock()
+		var t *template
+		for _, o := range r.all {
+			if o.procs != nil {
+				t = o
+				break
+			}
+		}
+		if t == nil {
+			r.beating = false
+			r.tmu.Unlock()
+			return
+		}
+		f, pid := t.procs, t.pid
+		r.tmu.Unlock()
+		_, _ = f.WriteString(pid) // fails once destroy closed it: the next beat picks another
+	}
 }
 
 func note(b *boundedBuffer) string {
@@ -499,6 +570,7 @@ type forkRequest struct {
 	Rlimits       map[string][2]int64 `json:"rlimits"`
 	Seccomp       string              `json:"seccomp"`
 	Env           []string            `json:"env"`
+	Bridge        bool                `json:"bridge"` // a fifth descriptor: the bridge directory's detached mount
 }
 
 // compiledSeccomp caches each profile's BPF.
@@ -540,6 +612,20 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		TmpSize: cfg.TmpSize, WorkspaceSize: cfg.WorkspaceSize, Hostname: "sandbox-" + id[len(id)-6:],
 		UserLimits: r.budgets, Seccomp: prog, Env: Env,
 		Rlimits: map[string][2]int64{"RLIMIT_NOFILE": {1024, 1024}, "RLIMIT_CORE": {0, 0}, "RLIMIT_FSIZE": {1 << 30, 1 << 30}},
+	}
+	var bridge *os.File
+	if cfg.BridgeDir != "" {
+		// A detached copy of the bind mount, which the child (root of its
+		// own user and mount namespaces) moves to /run/forge: nothing else
+		// of the host is reachable through it, and the template, which
+		// hands it on, only closes it.
+		fd, err := unix.OpenTree(unix.AT_FDCWD, cfg.BridgeDir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return nil, fmt.Errorf("bridge directory of sandbox %s: open_tree %q: %w", id, cfg.BridgeDir, err)
+		}
+		bridge = os.NewFile(uintptr(fd), "bridge-tree")
+		defer bridge.Close()
+		req.Bridge = true
 	}
 	msg, err := json.Marshal(req)
 	if err != nil {
@@ -586,7 +672,11 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		}
 		cgDone <- made{m, err}
 	}()
-	reply, err := t.request(ctx, msg, []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), int(goR.Fd())})
+	fds := []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), int(goR.Fd())}
+	if bridge != nil {
+		fds = append(fds, int(bridge.Fd()))
+	}
+	reply, err := t.request(ctx, msg, fds)
 	for _, f := range []*os.File{reqR, repW, errW, goR} {
 		f.Close()
 	}
@@ -600,7 +690,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	}
 	k.tplPid = reply.Pid
 	s := &Sandbox{limits: cfg.Limits, id: id, rt: r, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10},
-		uid: cfg.UID, lease: t.leases[slot], cgroup: cgroupPath, child: k, started: t0, cgm: cg.m}
+		uid: cfg.UID, lease: t.leases[slot], cgroup: cgroupPath, child: k, started: t0, cgm: cg.m, bridgeDir: cfg.BridgeDir}
 	pipes[1][0], pipes[0][1] = nil, nil
 	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id), OnBreak: s.onClientBreak})
 	k.s = s
@@ -627,6 +717,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	if k.hostPid, err = t.hostPid(k.tplPid); err != nil {
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
+	k.initPid = k.hostPid
 	if err := cg.err; err != nil {
 		return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
 	}
@@ -644,9 +735,6 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		return nil, fmt.Errorf("sandbox %s %w: %w%s", id, errAgentStart, err, s.stderrNote())
 	}
 	s.hello = hello
-	if k.initPid, err = onlyChild(k.hostPid); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
 	r.zstat(func(z *ZygoteStats) { z.Forks++ })
 	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "cgroup", tRun-tReply, "total", time.Since(t0))
 	return s, nil
@@ -696,7 +784,7 @@ func (t *template) request(ctx context.Context, msg []byte, fds []int) (zygoteMs
 }
 
 // hostPid finds the host pid of the template's child tplPid: its NSpid
-// line ends with tplPid.
+// line ends with tplPid and then 1 (P is pid 1 of its own namespace).
 func (t *template) hostPid(tplPid int) (int, error) {
 	tp, err := t.proc.Pid()
 	if err != nil {
@@ -714,26 +802,13 @@ func (t *template) hostPid(tplPid int) (int, error) {
 		for _, line := range strings.Split(string(st), "\n") {
 			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
 				ids := strings.Fields(rest)
-				if len(ids) >= 2 && ids[len(ids)-1] == strconv.Itoa(tplPid) {
+				if len(ids) >= 3 && ids[len(ids)-2] == strconv.Itoa(tplPid) && ids[len(ids)-1] == "1" {
 					return strconv.Atoi(f)
 				}
 			}
 		}
 	}
 	return 0, fmt.Errorf("zygote template %s: no child with pid %d", t.id, tplPid)
-}
-
-// onlyChild is the one child of host pid (I's: P, pid 1 of the sandbox).
-func onlyChild(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 1 {
-		return 0, fmt.Errorf("pid %d has %d children, want the sandbox's init", pid, len(f))
-	}
-	return strconv.Atoi(f[0])
 }
 
 // destroy kills the template and gives its ids back (children die with it).
@@ -745,6 +820,9 @@ func (t *template) destroy() {
 	}
 	t.gone = true
 	t.retired = true
+	if t.aging != nil {
+		t.aging.Stop()
+	}
 	t.mu.Unlock()
 	t.rt.tmu.Lock()
 	t.rt.templates = slices.DeleteFunc(t.rt.templates, func(o *template) bool { return o == t })
@@ -767,6 +845,9 @@ func (t *template) destroy() {
 	}
 	if t.ctl != nil {
 		t.ctl.Close()
+	}
+	if t.procs != nil {
+		t.procs.Close()
 	}
 	for _, l := range t.leases {
 		var err error
@@ -825,8 +906,8 @@ func (k *zchild) kill(sig unix.Signal) error {
 		return unix.Kill(k.initPid, sig)
 	}
 	// pid 1 first: the kernel then kills its whole pid namespace. What is
-	// left (I, or all of it before P was known) is killed by the cgroup's
-	// list until it is empty; nothing can leave the cgroup.
+	// left (all of it, before P was known) is killed by the cgroup's list
+	// until it is empty; nothing can leave the cgroup.
 	if k.initPid > 0 {
 		_ = unix.Kill(k.initPid, sig)
 	}
