@@ -56,6 +56,15 @@ func (s *Server) AttachHosted(h *hosted.Host) error {
 	}
 	e.names = s.addHosted(nil, tools)
 	s.hosts = append(s.hosts, e)
+	s.setHooks(h, check, func(tools []hosted.Tool) { e.names = s.addHosted(e.names, tools) })
+	s.addHostedResourceLocked()
+	return nil
+}
+
+// setHooks makes h check a reload's table with check and take it with
+// apply, each under hostedMu. The new table is read before hostedMu is
+// taken (see the lock order above).
+func (s *Server) setHooks(h *hosted.Host, check func([]hosted.Tool) error, apply func([]hosted.Tool)) {
 	h.SetHooks(func(tools []hosted.Tool) error {
 		s.hostedMu.Lock()
 		defer s.hostedMu.Unlock()
@@ -64,10 +73,8 @@ func (s *Server) AttachHosted(h *hosted.Host) error {
 		tools := h.Tools()
 		s.hostedMu.Lock()
 		defer s.hostedMu.Unlock()
-		e.names = s.addHosted(e.names, tools)
+		apply(tools)
 	})
-	s.addHostedResourceLocked()
-	return nil
 }
 
 // collisionLocked refuses tools of h (entry e) whose names are forge's own

@@ -78,16 +78,7 @@ func (s *Server) attachSaved(p engine.Principal, h *hosted.Host) error {
 	s.saved[p.Tenant] = e
 	delete(s.savedFailed, p.Tenant)
 	s.setSavedLocked(e, tools)
-	h.SetHooks(func(tools []hosted.Tool) error {
-		s.hostedMu.Lock()
-		defer s.hostedMu.Unlock()
-		return check(tools)
-	}, func() {
-		tools := h.Tools()
-		s.hostedMu.Lock()
-		defer s.hostedMu.Unlock()
-		s.setSavedLocked(e, tools)
-	})
+	s.setHooks(h, check, func(tools []hosted.Tool) { s.setSavedLocked(e, tools) })
 	s.addHostedResourceLocked()
 	return nil
 }
