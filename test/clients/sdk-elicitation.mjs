@@ -10,7 +10,7 @@
 // Usage: FORGE_BIN=FORGE_BINARY node --test sdk-elicitation.mjs
 // Environment: FORGE_STATE_DIR (a state dir with forge/python:3.11).
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -19,6 +19,7 @@ import { test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { serveHTTP } from "./serve-http.mjs";
 import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const forge = process.env.FORGE_BIN;
@@ -51,20 +52,7 @@ const runBase = randomBytes(4).toString("hex");
 const made = []; // environments to remove at the end
 
 // One forge serve --http for the HTTP cases, on a port the kernel picks.
-const server = spawn(forge, ["--log-level", "info", "serve", "--config", configHTTP, "--http", "127.0.0.1:0"], { stdio: ["ignore", "ignore", "pipe"] });
-let log = "";
-const url = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error("forge serve did not report its URL:\n" + log)), 60000);
-  server.stderr.on("data", (b) => {
-    log += b;
-    const m = log.match(/url=(http:\/\/\S+)/);
-    if (m) {
-      clearTimeout(timer);
-      resolve(m[1]);
-    }
-  });
-  server.on("exit", (code) => reject(new Error(`forge serve exited ${code}:\n${log}`)));
-});
+const { server, url } = await serveHTTP(forge, ["--config", configHTTP]);
 test.after(async () => {
   const exited = new Promise((resolve) => server.on("exit", resolve));
   server.kill("SIGTERM");

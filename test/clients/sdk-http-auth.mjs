@@ -9,13 +9,13 @@
 // written into it).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { serveHTTP } from "./serve-http.mjs";
 
 const forge = process.env.FORGE_BIN;
 assert.ok(forge, "usage: FORGE_BIN=FORGE_BINARY node --test sdk-http-auth.mjs");
@@ -40,20 +40,7 @@ hosted_tools:
   pool_size: 0
 `);
 
-const server = spawn(forge, ["--log-level", "info", "serve", "--config", config, "--http", "127.0.0.1:0"], { stdio: ["ignore", "ignore", "pipe"] });
-let log = "";
-const url = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error("forge serve did not report its URL:\n" + log)), 60000);
-  server.stderr.on("data", (b) => {
-    log += b;
-    const m = log.match(/url=(http:\/\/\S+)/);
-    if (m) {
-      clearTimeout(timer);
-      resolve(m[1]);
-    }
-  });
-  server.on("exit", (code) => reject(new Error(`forge serve exited ${code}:\n${log}`)));
-});
+const { server, url } = await serveHTTP(forge, ["--config", config]);
 test.after(() => {
   server.kill("SIGTERM");
   rmSync(dir, { recursive: true, force: true });
