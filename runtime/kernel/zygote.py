@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import agent  # noqa: E402 (the agent's modules, imported once for every child)
 
 import ctypes  # noqa: E402
+import errno  # noqa: E402
 import fcntl  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
@@ -37,6 +38,7 @@ import select  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import struct  # noqa: E402
+import time  # noqa: E402
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -241,12 +243,21 @@ NS_FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEW
 def _clone():
     if SYS_CLONE is None:
         raise OSError("zygote mode: no clone system call number for %s" % os.uname().machine)
-    pid = _syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(NS_FLAGS | signal.SIGCHLD),
-                   ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
-    if pid < 0:
+    # ENOSPC is the template's namespace budget. The kernel frees a dead child's network and
+    # user namespaces later, from a work queue, so a burst of children can find the budget
+    # spent by namespaces already dead: wait for them, within a bound.
+    delay, waited = 0.002, 0.0
+    while True:
+        pid = _syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(NS_FLAGS | signal.SIGCHLD),
+                       ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+        if pid >= 0:
+            return pid
         e = ctypes.get_errno()
-        raise OSError(e, "clone: " + os.strerror(e))
-    return pid
+        if e != errno.ENOSPC or waited >= 2.0:
+            raise OSError(e, "clone: " + os.strerror(e))
+        time.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 0.05)
 
 
 def _fork(req, fds):
