@@ -72,15 +72,7 @@ def dial() -> str:
 	if !res.Success || !strings.Contains(got, "Oslo") || !strings.Contains(got, "clear") {
 		t.Fatalf("result %v, error %+v", got, res.Error)
 	}
-	if strings.Contains(got, "host secret") || !strings.Contains(got, "FileNotFoundError") {
-		t.Errorf("the sandboxed server read a host file: %v", got)
-	}
-	if strings.Contains(got, "connected") || !strings.Contains(got, "OSError") {
-		t.Errorf("the sandboxed server opened a socket: %v", got)
-	}
-	if !strings.Contains(got, "uid:1000") || strings.Contains(got, "pid1:python3 -m forge_tools") {
-		t.Errorf("the server does not run as the sandbox user beside the agent: %v", got)
-	}
+	checkConfined(t, got, "python3 -m forge_tools")
 }
 
 // mcpSDKEnv is an environment holding the official MCP Python SDK, built
@@ -173,13 +165,20 @@ if __name__ == "__main__":
 	if !res.Success || !strings.Contains(got, "Oslo") || !strings.Contains(got, "clear") || !strings.Contains(got, "sdk:2.3.0") {
 		t.Fatalf("result %v, error %+v, want the forecast from the SDK 2.3.0 server", got, res.Error)
 	}
+	checkConfined(t, got, "python3 /run/forge/sdkserver.py")
+}
+
+// checkConfined checks what a sandboxed server's tools reported: no host
+// file, no socket, the sandbox user, and not pid 1 (the agent is).
+func checkConfined(t *testing.T, got, server string) {
+	t.Helper()
 	if strings.Contains(got, "host secret") || !strings.Contains(got, "FileNotFoundError") {
 		t.Errorf("the sandboxed server read a host file: %v", got)
 	}
 	if strings.Contains(got, "connected") || !strings.Contains(got, "OSError") {
 		t.Errorf("the sandboxed server opened a socket: %v", got)
 	}
-	if !strings.Contains(got, "uid:1000") || strings.Contains(got, "pid1:python3 /run/forge/sdkserver.py") {
+	if !strings.Contains(got, "uid:1000") || strings.Contains(got, "pid1:"+server) {
 		t.Errorf("the server does not run as the sandbox user beside the agent: %v", got)
 	}
 }
