@@ -21,6 +21,7 @@
 package idmap
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -501,6 +502,29 @@ func (a *Allocator) Reclaim() (ReclaimReport, error) {
 	}
 	clear(a.busy) // just scanned: Allocate may look at every block again
 	return rep, nil
+}
+
+// AwaitReclaim is Reclaim repeated, every 20 ms for at most within, while
+// blocks of dead owners are still busy: the processes of a sandbox whose
+// forge was just killed (a runc init it was making, a child still in
+// exit) leave within moments, and a restart should get their blocks back
+// rather than keep them reserved until the next gc.
+func (a *Allocator) AwaitReclaim(ctx context.Context, within time.Duration) (ReclaimReport, error) {
+	deadline := time.Now().Add(within)
+	var all ReclaimReport
+	for {
+		rep, err := a.Reclaim()
+		all.Reclaimed = append(all.Reclaimed, rep.Reclaimed...)
+		all.Busy = rep.Busy
+		if err != nil || len(rep.Busy) == 0 || time.Now().After(deadline) {
+			return all, err
+		}
+		select {
+		case <-ctx.Done():
+			return all, nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // LeaseInfo is one lease file as found on disk.

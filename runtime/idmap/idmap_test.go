@@ -1,6 +1,7 @@
 package idmap_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/idmap"
@@ -429,5 +431,41 @@ func TestShared(t *testing.T) {
 	}
 	if err := a.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestAwaitReclaim: right after a crash, a dead owner's block may still
+// have a process that is leaving (a sandbox's last process in exit, a runc
+// init the crashed forge was making). Reclaim alone keeps it reserved;
+// AwaitReclaim gets it back once the process is gone, within its bound,
+// and gives up at the bound when the process stays.
+func TestAwaitReclaim(t *testing.T) {
+	const start = 0x70000000
+	for _, leaves := range []bool{true, false} {
+		t.Run(fmt.Sprintf("process leaves %v", leaves), func(t *testing.T) {
+			dir, proc := t.TempDir(), t.TempDir()
+			writeStatus(t, proc, 4242, "S (sleeping)", start+1000, start+1000)
+			writeFiles(t, dir, map[string]string{fmt.Sprintf("idmap/%d", start): fmt.Sprintf("999999 %d 65536 live\n", start)})
+			a := newAlloc(t, dir, 1, proc)
+			if rep, err := a.Reclaim(); err != nil || len(rep.Busy) != 1 {
+				t.Fatalf("Reclaim with the process there: %+v, %v; want the block busy", rep, err)
+			}
+			if leaves {
+				go func() {
+					time.Sleep(150 * time.Millisecond)
+					os.RemoveAll(filepath.Join(proc, "4242"))
+				}()
+			}
+			rep, err := a.AwaitReclaim(context.Background(), time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if leaves && (len(rep.Reclaimed) != 1 || len(rep.Busy) != 0) {
+				t.Fatalf("AwaitReclaim: %+v; want the block back once its process left", rep)
+			}
+			if !leaves && (len(rep.Reclaimed) != 0 || len(rep.Busy) != 1) {
+				t.Fatalf("AwaitReclaim: %+v; want the block still busy", rep)
+			}
+		})
 	}
 }

@@ -25,6 +25,10 @@ type CleanupReport struct {
 	LeasesBusy []idmap.Range `json:"leases_busy"`
 }
 
+// orphanExitWait bounds how long Cleanup waits for the processes of a
+// crashed forge's sandboxes to leave their host id blocks.
+const orphanExitWait = 2 * time.Second
+
 // Cleanup removes sandboxes and cgroups whose owning forge process is gone.
 // Sandboxes of live forge processes sharing the state dir are left alone.
 func (r *Runtime) Cleanup(ctx context.Context) (CleanupReport, error) {
@@ -47,8 +51,14 @@ func (r *Runtime) Cleanup(ctx context.Context) (CleanupReport, error) {
 	cgs, err := r.cleanupCgroups()
 	rep.Cgroups = cgs
 	errs = append(errs, err)
-	// After the orphans are gone, so that their blocks are free.
-	lrep, err := r.ids.Reclaim()
+	// After the orphans are gone, so that their blocks are free. Right
+	// after a crash their last processes may still be exiting: wait for
+	// them, briefly.
+	wait := time.Duration(0)
+	if len(rep.Sandboxes) > 0 || len(cgs) > 0 {
+		wait = orphanExitWait
+	}
+	lrep, err := r.ids.AwaitReclaim(ctx, wait)
 	rep.Leases, rep.LeasesBusy = lrep.Reclaimed, lrep.Busy
 	errs = append(errs, err)
 	return rep, errors.Join(errs...)
