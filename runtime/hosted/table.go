@@ -287,7 +287,9 @@ func (t *Tool) locate(chain []string, inst any) string {
 	path := ""
 	prev := "" // the JSON pointer of chain[i-1]; the root's is ""
 	for _, cur := range chain[1:] {
-		if !strings.HasPrefix(cur, "/") {
+		if cur == "root" {
+			cur = "" // a $ref to the whole schema ("#")
+		} else if !strings.HasPrefix(cur, "/") {
 			return path // a subschema named by its $id
 		}
 		rest, inside := strings.CutPrefix(cur, prev+"/")

@@ -116,3 +116,23 @@ func TestValidatePath(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A recursive schema ($ref "#") and one with its own $id are followed too.
+func TestValidatePathRecursive(t *testing.T) {
+	for _, c := range []struct{ schema, args, path string }{
+		{`{"type":"object","properties":{"n":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#"}}}}`,
+			`{"n":1,"kids":[{"n":2},{"n":3,"kids":[{"n":"x"}]}]}`, "/kids/1/kids/0/n"},
+		{`{"$id":"https://example.com/t.json","type":"object","properties":{"l":{"type":"array","items":{"$ref":"#/$defs/i"}}},"$defs":{"i":{"type":"integer"}}}`,
+			`{"l":[1,"two"]}`, "/l/1"},
+	} {
+		tools, err := parseTable([]byte(`[{"name":"t","inputSchema":`+c.schema+`}]`), limits{maxTools: 1, maxSchema: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tools[0].validate([]byte(c.args))
+		var ae *ArgumentError
+		if !errors.As(err, &ae) || ae.Path != c.path {
+			t.Errorf("%s: got %v, want path %q", c.args, err, c.path)
+		}
+	}
+}
