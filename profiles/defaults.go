@@ -18,17 +18,12 @@ const (
 //go:embed defaults.yaml
 var defaultsYAML []byte
 
-// defaults is parsed in init, not in its declaration, because decoding
-// reaches package variables through interface calls that the compiler's
-// initialization order cannot see.
-var defaults *Config
-
-func init() {
-	defaults = &Config{}
-	if err := decodeYAML(defaults, defaultsYAML, nil); err != nil {
-		panic("profiles: embedded defaults.yaml: " + err.Error())
-	}
-}
+// defaults is defaults.yaml decoded, as Go: builtinDefaults is generated
+// from it (defaults_gen.go; TestDefaultsUpToDate checks it and rewrites it
+// with FORGE_UPDATE_DOCS=1). Decoding the YAML in an initializer cost
+// every forge process about 1 ms and 150 KB before main, which forge
+// serve paid before it could answer initialize.
+var defaults = &builtinDefaults
 
 // Default returns the built-in configuration. It is valid except that
 // StateDir is empty (Load derives it). Each call returns a new deep copy.

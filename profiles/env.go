@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 )
 
 // envSetting is one configuration field settable from a FORGE_* variable.
@@ -16,8 +17,9 @@ type envSetting struct {
 
 // envSettings maps variable names (FORGE_EXECUTION_DEFAULT_TIMEOUT) to the
 // fields they set. Every scalar and list field outside the mcp_tools and
-// profiles maps has one.
-var envSettings = func() map[string]envSetting {
+// profiles maps has one. It is built on the first FORGE_* variable, not in
+// an initializer that every forge process would pay before main.
+var envSettings = sync.OnceValue(func() map[string]envSetting {
 	m := map[string]envSetting{}
 	var walk func(t reflect.Type, path string, index []int)
 	walk = func(t reflect.Type, path string, index []int) {
@@ -34,7 +36,7 @@ var envSettings = func() map[string]envSetting {
 	}
 	walk(reflect.TypeFor[Config](), "", nil)
 	return m
-}()
+})
 
 func cloneIndex(s []int) []int { return append([]int(nil), s...) }
 
@@ -73,7 +75,7 @@ func ApplyEnv(c *Config, environ []string) error {
 		if !ok || !strings.HasPrefix(name, "FORGE_") {
 			continue
 		}
-		s, ok := envSettings[name]
+		s, ok := envSettings()[name]
 		if !ok {
 			if err := unknownEnv(name); err != nil {
 				errs = append(errs, err)

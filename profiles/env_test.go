@@ -84,11 +84,11 @@ func TestEnvVarPerField(t *testing.T) {
 			t.Errorf("%s and %s share %s", f.Path, other, f.Env)
 		}
 		seen[f.Env] = f.Path
-		if _, ok := envSettings[f.Env]; !ok {
+		if _, ok := envSettings()[f.Env]; !ok {
 			t.Errorf("%s: %s is not applied by ApplyEnv", f.Path, f.Env)
 		}
 	}
-	if len(seen) != len(envSettings) {
-		t.Errorf("got %v env settings, want %v", len(envSettings), len(seen))
+	if len(seen) != len(envSettings()) {
+		t.Errorf("got %v env settings, want %v", len(envSettings()), len(seen))
 	}
 }

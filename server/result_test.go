@@ -1,13 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/mcp-forge/forge/runtime/kernel"
 )
@@ -131,22 +130,18 @@ func TestStructuredMatchesOutputSchema(t *testing.T) {
 	if strings.Contains(string(b), "iVBORw0KGgo=") {
 		t.Errorf("structuredContent carries the image's bytes: %s", b)
 	}
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(outputSchema))
-	if err != nil {
+	var doc jsonschema.Schema
+	if err := json.Unmarshal(outputSchema, &doc); err != nil {
 		t.Fatal(err)
 	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("output.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("output.json")
+	sch, err := doc.Resolve(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, res := range []*kernel.Result{r, {Success: true}} {
 		b, _ := json.Marshal(compact(res, nil))
-		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-		if err != nil {
+		var inst any
+		if err := json.Unmarshal(b, &inst); err != nil {
 			t.Fatal(err)
 		}
 		if err := sch.Validate(inst); err != nil {

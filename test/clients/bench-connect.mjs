@@ -3,7 +3,10 @@
 // run so that both see the same machine. Prints one JSON object with the
 // medians and their ratio (issue 16's target: forge ≤ 1.0 × the sample).
 //
-// Usage: node bench-connect.mjs FORGE_BINARY MCPSERVER_BINARY [SPAWNS]
+// Usage: node bench-connect.mjs FORGE_BINARY MCPSERVER_BINARY [SPAWNS [BASELINE_FORGE]]
+// With BASELINE_FORGE (another build of forge), it is interleaved too, and
+// the output adds its median and ratio: a change measured beside the build
+// before it, in the same run.
 // Exit 1 when FORGE_BENCH_STRICT=1 and the ratio is above 1.0.
 import { performance } from "node:perf_hooks";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -11,6 +14,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 
 const [forge, sample] = process.argv.slice(2, 4);
 const spawns = Number(process.argv[4] ?? 30);
+const baseline = process.argv[5];
 if (!forge || !sample) {
   console.error("usage: node bench-connect.mjs FORGE_BINARY MCPSERVER_BINARY [SPAWNS]");
   process.exit(2);
@@ -44,9 +48,9 @@ const median = (xs) => {
 };
 
 const servers = { forge: [forge, ["serve"]], mcp_go_sample: [sample, []] };
-const times = { forge: [], mcp_go_sample: [] };
-await connectOnce(...servers.forge); // warm the page cache for both
-await connectOnce(...servers.mcp_go_sample);
+if (baseline) servers.baseline = [baseline, ["serve"]];
+const times = Object.fromEntries(Object.keys(servers).map((k) => [k, []]));
+for (const s of Object.values(servers)) await connectOnce(...s); // warm the page cache
 for (let i = 0; i < spawns; i++) {
   for (const [name, [cmd, args]] of i % 2 ? Object.entries(servers).reverse() : Object.entries(servers)) {
     times[name].push(await connectOnce(cmd, args));
@@ -58,5 +62,9 @@ const out = {
   mcp_go_sample_median_ms: +median(times.mcp_go_sample).toFixed(2),
 };
 out.ratio = +(out.forge_median_ms / out.mcp_go_sample_median_ms).toFixed(3);
+if (baseline) {
+  out.baseline_median_ms = +median(times.baseline).toFixed(2);
+  out.baseline_ratio = +(out.baseline_median_ms / out.mcp_go_sample_median_ms).toFixed(3);
+}
 console.log(JSON.stringify(out));
 if (process.env.FORGE_BENCH_STRICT === "1" && out.ratio > 1.0) process.exit(1);
