@@ -1,12 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/mcp-forge/forge/runtime/kernel"
 )
@@ -130,18 +131,22 @@ func TestStructuredMatchesOutputSchema(t *testing.T) {
 	if strings.Contains(string(b), "iVBORw0KGgo=") {
 		t.Errorf("structuredContent carries the image's bytes: %s", b)
 	}
-	var doc jsonschema.Schema
-	if err := json.Unmarshal(outputSchema, &doc); err != nil {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(outputSchema))
+	if err != nil {
 		t.Fatal(err)
 	}
-	sch, err := doc.Resolve(nil)
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("output.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("output.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, res := range []*kernel.Result{r, {Success: true}} {
 		b, _ := json.Marshal(compact(res, nil))
-		var inst any
-		if err := json.Unmarshal(b, &inst); err != nil {
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+		if err != nil {
 			t.Fatal(err)
 		}
 		if err := sch.Validate(inst); err != nil {

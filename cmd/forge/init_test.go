@@ -20,8 +20,7 @@ import (
 // defaults_gen.go) and its FORGE_* table is built on first use; each of its
 // packages now allocates under 6 KB. Of what is left, santhosh-tekuri's
 // jsonschema compiles its meta-schemas at init, about 1.7 MB: mcp-go's
-// server imports it (forge's own code validates with google/jsonschema-go),
-// so it is not forge's to change.
+// server imports it, so it is not forge's to change.
 func TestInitAllocations(t *testing.T) {
 	bin := filepath.Join(testenv.RepoRoot(), "bin", "forge")
 	cmd := exec.CommandContext(t.Context(), bin, "version")

@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"net/url"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/mcp-forge/forge/internal/lazyre"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 // Tool is one entry of the tool table, as read (untrusted) from the
@@ -28,7 +25,7 @@ type Tool struct {
 	Memory       int64           // bytes; 0: hosted_tools.memory
 	Persistent   bool
 
-	schema *jsonschema.Resolved
+	schema *jsonschema.Schema
 }
 
 // toolNameRE is MCP's rule for tool names.
@@ -135,23 +132,15 @@ func short(raw json.RawMessage, name *string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// schemaURI is the base URI of a table's schemas: a $ref may point only
-// inside its own schema, never at a host file or a URL.
-const schemaURI = "forge:///hosted/schema.json"
+// refuseLoader loads no schema from anywhere: a table's $ref may point
+// only inside its own schema, never at a host file or a URL.
+type refuseLoader struct{}
 
-func refuseLoader(u *url.URL) (*jsonschema.Schema, error) {
-	return nil, fmt.Errorf("schemas may not refer to %s: only references inside the schema are allowed", u)
+func (refuseLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("schemas may not refer to %s: only references inside the schema are allowed", url)
 }
 
-// The $schema values jsonschema-go validates; "" is 2020-12.
-var knownDrafts = map[string]bool{
-	"": true,
-	"https://json-schema.org/draft/2020-12/schema": true,
-	"http://json-schema.org/draft-07/schema#":      true,
-	"https://json-schema.org/draft-07/schema#":     true,
-}
-
-func checkSchema(tool, field string, raw json.RawMessage, max int, required bool) (json.RawMessage, *jsonschema.Resolved, error) {
+func checkSchema(tool, field string, raw json.RawMessage, max int, required bool) (json.RawMessage, *jsonschema.Schema, error) {
 	if isNullOrEmpty(raw) {
 		if required {
 			return nil, nil, fmt.Errorf("%s: no %s", tool, field)
@@ -164,67 +153,31 @@ func checkSchema(tool, field string, raw json.RawMessage, max int, required bool
 	if bytes.TrimSpace(raw)[0] != '{' {
 		return nil, nil, fmt.Errorf("%s: %s is not a JSON object", tool, field)
 	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %s: %w", tool, field, err)
+	}
+	if field == "inputSchema" {
+		if m, _ := doc.(map[string]any); m["type"] != "object" {
+			return nil, nil, fmt.Errorf("%s: inputSchema must have \"type\": \"object\" (MCP)", tool)
+		}
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(refuseLoader{})
+	const url = "forge:///hosted/schema.json"
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, nil, fmt.Errorf("%s: %s: %w", tool, field, err)
+	}
+	sch, err := c.Compile(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %s is not a valid JSON Schema 2020-12: %s", tool, field, firstLine(err.Error()))
+	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
 		return nil, nil, fmt.Errorf("%s: %s: %w", tool, field, err)
 	}
-	invalid := func(reason string) error {
-		return fmt.Errorf("%s: %s is not a valid JSON Schema 2020-12: %s", tool, field, firstLine(reason))
-	}
-	var s jsonschema.Schema
-	if err := json.Unmarshal(raw, &s); err != nil {
-		var doc any
-		_ = json.Unmarshal(raw, &doc)
-		return nil, nil, invalid("at " + badKeyword(doc, "") + ": " + err.Error())
-	}
-	if field == "inputSchema" && s.Type != "object" {
-		return nil, nil, fmt.Errorf("%s: inputSchema must have \"type\": \"object\" (MCP)", tool)
-	}
-	if !knownDrafts[s.Schema] {
-		return nil, nil, invalid(fmt.Sprintf("$schema %q: want draft 2020-12 or draft-07", s.Schema))
-	}
-	rs, err := s.Resolve(&jsonschema.ResolveOptions{BaseURI: schemaURI, Loader: refuseLoader})
-	if err != nil {
-		return nil, nil, invalid(err.Error())
-	}
-	return buf.Bytes(), rs, nil
-}
-
-// badKeyword is the JSON pointer of the deepest keyword in doc that does
-// not unmarshal as a schema's keyword ("/" when none is found).
-func badKeyword(doc any, at string) string {
-	obj, _ := doc.(map[string]any)
-	for _, k := range slices.Sorted(maps.Keys(obj)) {
-		one, _ := json.Marshal(map[string]any{k: obj[k]})
-		if json.Unmarshal(one, new(jsonschema.Schema)) == nil {
-			continue
-		}
-		here := at + "/" + escape(k)
-		var subs map[string]any
-		switch v := obj[k].(type) {
-		case map[string]any:
-			subs = map[string]any{"": v}
-			for m, c := range v {
-				subs["/"+escape(m)] = c
-			}
-		case []any:
-			subs = map[string]any{}
-			for i, c := range v {
-				subs["/"+strconv.Itoa(i)] = c
-			}
-		}
-		for _, p := range slices.Sorted(maps.Keys(subs)) {
-			raw, _ := json.Marshal(subs[p])
-			if _, isObj := subs[p].(map[string]any); isObj && json.Unmarshal(raw, new(jsonschema.Schema)) != nil {
-				return badKeyword(subs[p], here+p)
-			}
-		}
-		return here
-	}
-	if at == "" {
-		return "/"
-	}
-	return at
+	return buf.Bytes(), sch, nil
 }
 
 func firstLine(s string) string {
@@ -235,6 +188,8 @@ func firstLine(s string) string {
 	return s
 }
 
+var printer = message.NewPrinter(language.English)
+
 // validate checks args (a JSON object, or empty for none) against the
 // tool's inputSchema; a violation is an *ArgumentError with the path of
 // the deepest failing value.
@@ -242,171 +197,24 @@ func (t *Tool) validate(args json.RawMessage) (any, error) {
 	if isNullOrEmpty(args) {
 		args = json.RawMessage("{}")
 	}
-	var inst any
-	if err := json.Unmarshal(args, &inst); err != nil {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
 		return nil, &ArgumentError{Tool: t.Name, Reason: "arguments are not JSON: " + err.Error()}
 	}
-	err := t.schema.Validate(inst)
+	err = t.schema.Validate(inst)
 	if err == nil {
 		return inst, nil
 	}
-	chain, reason := schemaChain(err)
-	return nil, &ArgumentError{Tool: t.Name, Path: t.locate(chain, inst), Reason: reason}
-}
-
-// schemaChain splits a jsonschema-go validation error into the schemas
-// it passed through, outermost first ("root", then JSON pointers into
-// the schema, or a subschema's $id), and the innermost reason. Each
-// schema's validation wraps its callee's error as "validating S: ...".
-func schemaChain(err error) ([]string, string) {
-	var chain []string
-	for {
-		inner := errors.Unwrap(err)
-		if inner == nil {
-			return chain, err.Error()
-		}
-		prefix, ok := strings.CutSuffix(err.Error(), ": "+inner.Error())
-		s, isSchema := strings.CutPrefix(prefix, "validating ")
-		if !ok || !isSchema {
-			return chain, err.Error()
-		}
-		chain = append(chain, s)
-		err = inner
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return nil, &ArgumentError{Tool: t.Name, Reason: err.Error()}
 	}
-}
-
-// locate follows the chain of schemas a failed validation went through
-// over the instance, and returns the JSON pointer of the deepest value it
-// can name. Where the schema step does not say which item or property
-// failed (items, additionalProperties, ...), it finds the first one that
-// fails that subschema on its own.
-func (t *Tool) locate(chain []string, inst any) string {
-	if len(chain) == 0 {
-		return ""
+	for len(ve.Causes) > 0 {
+		ve = ve.Causes[0]
 	}
 	path := ""
-	prev := "" // the JSON pointer of chain[i-1]; the root's is ""
-	for _, cur := range chain[1:] {
-		if cur == "root" {
-			cur = "" // a $ref to the whole schema ("#")
-		} else if !strings.HasPrefix(cur, "/") {
-			return path // a subschema named by its $id
-		}
-		rest, inside := strings.CutPrefix(cur, prev+"/")
-		prev = cur
-		if !inside {
-			continue // a $ref to elsewhere in the schema: the same value
-		}
-		base := strings.TrimSuffix(cur, "/"+rest)
-		toks := strings.Split(rest, "/")
-		for i := 0; i < len(toks); i++ {
-			kw := toks[i]
-			next := ""
-			if i+1 < len(toks) {
-				next = toks[i+1]
-			}
-			here := base + "/" + strings.Join(toks[:i+1], "/")
-			switch kw {
-			case "properties", "prefixItems":
-				v, ok := child(inst, unescape(next))
-				if !ok {
-					return path
-				}
-				inst, path = v, path+"/"+next
-				i++
-			case "items", "additionalItems", "unevaluatedItems":
-				if _, err := strconv.Atoi(next); next != "" && err == nil { // draft-07 tuple items
-					v, ok := child(inst, next)
-					if !ok {
-						return path
-					}
-					inst, path = v, path+"/"+next
-					i++
-					continue
-				}
-				arr, _ := inst.([]any)
-				j := t.firstFailing(here, len(arr), func(k int) any { return arr[k] })
-				if j < 0 {
-					return path
-				}
-				inst, path = arr[j], path+"/"+strconv.Itoa(j)
-			case "additionalProperties", "unevaluatedProperties", "patternProperties":
-				obj, _ := inst.(map[string]any)
-				keys := slices.Sorted(maps.Keys(obj))
-				if kw == "patternProperties" {
-					i++
-					here += "/" + next
-					re, err := regexp.Compile(unescape(next))
-					if err != nil {
-						return path
-					}
-					keys = slices.DeleteFunc(keys, func(k string) bool { return !re.MatchString(k) })
-				}
-				j := t.firstFailing(here, len(keys), func(k int) any { return obj[keys[k]] })
-				if j < 0 {
-					return path
-				}
-				inst, path = obj[keys[j]], path+"/"+escape(keys[j])
-			case "allOf", "anyOf", "oneOf", "dependentSchemas", "$defs", "definitions":
-				i++ // the same value, against one of the subschemas
-			case "not", "if", "then", "else":
-			default:
-				return path // propertyNames, contains, or a keyword unknown here
-			}
-		}
+	for _, p := range ve.InstanceLocation {
+		path += "/" + strings.ReplaceAll(strings.ReplaceAll(p, "~", "~0"), "/", "~1")
 	}
-	return path
+	return nil, &ArgumentError{Tool: t.Name, Path: path, Reason: ve.ErrorKind.LocalizedString(printer)}
 }
-
-// child is the member of an object or the item of an array at tok.
-func child(v any, tok string) (any, bool) {
-	switch v := v.(type) {
-	case map[string]any:
-		c, ok := v[tok]
-		return c, ok
-	case []any:
-		i, err := strconv.Atoi(tok)
-		if err != nil || i < 0 || i >= len(v) {
-			return nil, false
-		}
-		return v[i], true
-	}
-	return nil, false
-}
-
-// firstFailing is the first of n values that the subschema at ptr (a
-// JSON pointer into the inputSchema) rejects, or -1.
-func (t *Tool) firstFailing(ptr string, n int, value func(int) any) int {
-	var s jsonschema.Schema
-	if json.Unmarshal(t.InputSchema, &s) != nil {
-		return -1
-	}
-	if s.ID == "" {
-		s.ID = schemaURI
-	}
-	id, err := url.Parse(s.ID)
-	if err != nil {
-		return -1
-	}
-	ref := (&url.URL{Scheme: "forge", Path: "/hosted/schema.json"}).ResolveReference(id)
-	ref.Fragment = ptr
-	wrap := &jsonschema.Schema{Ref: ref.String(), Defs: map[string]*jsonschema.Schema{"forge": &s}}
-	rs, err := wrap.Resolve(&jsonschema.ResolveOptions{BaseURI: schemaURI, Loader: refuseLoader})
-	if err != nil {
-		return -1
-	}
-	for k := range n {
-		if rs.Validate(value(k)) != nil {
-			return k
-		}
-	}
-	return -1
-}
-
-var (
-	pointerEscaper   = strings.NewReplacer("~", "~0", "/", "~1")
-	pointerUnescaper = strings.NewReplacer("~1", "/", "~0", "~")
-)
-
-func escape(s string) string   { return pointerEscaper.Replace(s) }
-func unescape(s string) string { return pointerUnescaper.Replace(s) }
