@@ -49,9 +49,9 @@ func rootlessLimitChecks() []check {
 		Disables: "cgroup limits: run forge in a systemd user session (forge asks the user manager for a scope over D-Bus), in a unit with Delegate=yes, or in a cgroup delegated to you"}
 	switch held.Source {
 	case sandbox.SourceScopeCreated:
-		src.Detail += ": " + held.Unit + ", a transient scope with Delegate=yes that the user's systemd manager made for this forge (it goes when forge exits)"
+		src.Detail += ": " + held.Unit + ", a transient scope with Delegate=yes that the user's systemd manager (at " + held.Bus + ") made for this forge; it goes when forge exits"
 	case sandbox.SourceScopeFound:
-		src.Detail += ": " + held.Unit + " has Delegate=yes"
+		src.Detail += ": " + held.Unit + " has Delegate=yes (the user's systemd manager at " + held.Bus + ")"
 	case sandbox.SourceInherited:
 		src.Detail += ": the cgroup forge started in is delegated to you, and no systemd unit of yours holds it"
 	}

@@ -157,7 +157,7 @@ func (d Delegation) Prepare(cgroupRoot, parent string) error {
 // with sandboxes' cgroups under d.Root/parent.
 func (d Delegation) Held(parent string) LimitsHeld {
 	at := " (delegated subtree " + d.Root + ")"
-	return LimitsHeld{Cgroup: true, Delegated: d.Root, Source: d.Source, Unit: d.Unit,
+	return LimitsHeld{Cgroup: true, Delegated: d.Root, Source: d.Source, Unit: d.Unit, Bus: d.Bus,
 		Memory: "cgroup memory.max (all processes together, OOM kill)" + at, Pids: "cgroup pids.max" + at,
 		CPU: "cgroup CPU quota" + at, Freeze: "cgroup freezer" + at, Parent: "cgroup " + path.Join(d.Root, parent)}
 }

@@ -65,9 +65,11 @@ type LimitsHeld struct {
 	// cgroups are in ("" as root, or with rlimits).
 	Delegated string `json:"delegated,omitempty"`
 	// Source says where a rootless forge's limits come from ("" as root),
-	// Unit the systemd unit of Delegated, if any.
+	// Unit the systemd unit of Delegated, if any, and Bus where its
+	// manager answered.
 	Source Source `json:"source,omitempty"`
 	Unit   string `json:"unit,omitempty"`
+	Bus    string `json:"bus,omitempty"`
 	// Memory, Pids, CPU, Freeze and Parent (all sandboxes together) say
 	// how each is held ("" when it is not).
 	Memory, Pids, CPU, Freeze, Parent string
