@@ -67,7 +67,7 @@ kdir=$dir/$pkg
 if [[ ! -f $kdir/done ]]; then
 	log "fetching $pkg"
 	rm -rf "$kdir" && mkdir -p "$kdir"
-	(cd "$kdir" && apt-get download -qq "$pkg" 2>&1 | grep -v unsandboxed; dpkg-deb -x ./*.deb x && rm -f ./*.deb)
+	(cd "$kdir" && apt-get download -qq "$pkg" 2>&1 | { grep -v unsandboxed || true; }; dpkg-deb -x ./*.deb x && rm -f ./*.deb)
 	depmod -b "$kdir/x" "${pkg#linux-image-}" # the package's postinst would
 	touch "$kdir/done"
 fi
@@ -154,7 +154,7 @@ fi
 if [[ -n $rootless_run && ! -f $base.systemd.done ]]; then
 	log "adding systemd and dbus-user-session to the guest rootfs"
 	debs=$(mktemp -d) && mkdir -p "$debs/partial"
-	apt-get install -qq --download-only --no-install-recommends -o Debug::NoLocking=1 \
+	apt-get install -qq --download-only --no-install-recommends -o Debug::NoLocking=1 -o APT::Sandbox::User=root \
 		-o Dir::State::status="$base/var/lib/dpkg/status" -o Dir::Cache::archives="$debs" systemd dbus-user-session >/dev/null
 	for deb in "$debs"/*.deb; do
 		dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink -C "$base"
