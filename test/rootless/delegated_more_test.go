@@ -39,7 +39,7 @@ func delegatedSession(t *testing.T, u *user, dir string) {
 	defer stop()
 	const busy = "import time\nn = 0\nt0 = time.time()\nwhile time.time() - t0 < 1.5:\n    n += 1\nx = 41\nn > 0"
 	res := call(t, c, "execute_python", map[string]any{"code": busy, "session_id": "cg", "timeout": 120})
-	if fmt.Sprint(res["result"]) != "True" {
+	if fmt.Sprint(res["result"]) != "true" {
 		t.Fatalf("the busy call: %v", res)
 	}
 	sb := sandboxCgroup(t, filepath.Join(dir, "forge"))
