@@ -183,8 +183,9 @@ const scopeTimeout = 30 * time.Second
 // Delegate=yes (SourceScopeFound) or a delegated cgroup no systemd unit of
 // the user's holds (SourceInherited); otherwise, when the user's systemd
 // manager answers, a transient scope with Delegate=yes that it creates for
-// this process (SourceScopeCreated). The error, wrapping ErrNoDelegation,
-// says why there is none.
+// this process (SourceScopeCreated), unless forge runs in a unit with
+// Delegate=yes already, which a scope could not better. The error,
+// wrapping ErrNoDelegation, says why there is none.
 func Delegate(ctx context.Context, procRoot, cgroupRoot string) (Delegation, error) {
 	return delegate(ctx, procRoot, cgroupRoot, os.Getpid(), func(ctx context.Context) (userManager, string, error) {
 		m, err := DialUserManager(ctx, rootless.UID(), UserBusAddresses(os.Getenv))
@@ -220,19 +221,21 @@ func delegate(ctx context.Context, procRoot, cgroupRoot string, pid int, dial fu
 		return d, nil
 	}
 	defer m.Close()
-	if err == nil {
-		unit, delegated, uerr := m.UnitOf(ctx, pid)
-		if uerr != nil { // none of the manager's units holds it
-			d.Source = SourceInherited
-			return d, nil
-		}
-		if delegated {
-			d.Source, d.Unit, d.Bus = SourceScopeFound, unit, bus
-			return d, nil
-		}
-		// A unit of systemd's without Delegate=yes (a terminal's scope,
-		// say): its cgroup is systemd's to manage, not forge's.
+	unit, delegated, uerr := m.UnitOf(ctx, pid)
+	switch {
+	case uerr == nil && delegated && err != nil:
+		// A scope of forge's own would get no more controllers than the
+		// unit systemd delegated already (and would take forge out of it).
+		return d, fmt.Errorf("%w (in the systemd unit %s, which has Delegate=yes)", err, unit)
+	case uerr == nil && delegated:
+		d.Source, d.Unit, d.Bus = SourceScopeFound, unit, bus
+		return d, nil
+	case err == nil && uerr != nil: // none of the manager's units holds it
+		d.Source = SourceInherited
+		return d, nil
 	}
+	// Not delegated, or a unit of systemd's without Delegate=yes (a
+	// terminal's scope, say): that cgroup is systemd's to manage, not forge's.
 	name := fmt.Sprintf("forge-%d.scope", pid)
 	if serr := m.StartScope(ctx, name, ScopeSlice, pid); serr != nil {
 		if err == nil {

@@ -81,7 +81,8 @@ func mkCgroup(root, dir, controllers string) {
 
 // Delegate keeps a delegated cgroup (found: a unit with Delegate=yes;
 // inherited: no unit of the manager's), and asks for a scope when the
-// cgroup is not delegated or is a unit's without Delegate=yes.
+// cgroup is not delegated or is a unit's without Delegate=yes, never to
+// leave a unit with Delegate=yes.
 func TestDelegate(t *testing.T) {
 	const all = "cpu memory pids"
 	for _, tc := range []struct {
@@ -106,6 +107,8 @@ func TestDelegate(t *testing.T) {
 		{name: "created: a unit without Delegate=yes", own: "/user@1000.service/app.slice/vte-spawn.scope", controllers: all, unit: "vte-spawn.scope",
 			want:        Delegation{Root: "/user@1000.service/app.slice/forge-42.scope", Move: true, Source: SourceScopeCreated, Unit: "forge-42.scope", Bus: "fake"},
 			wantStarted: []string{"app.slice/forge-42.scope"}},
+		{name: "a unit with Delegate=yes, no cpu", own: "/user@1000.service/app.slice/forge.service", controllers: "memory pids", unit: "forge.service", delegated: true,
+			err: "lacks the controllers cpu (its cgroup.controllers has \"memory pids\"); delegate them too (Delegate=memory pids cpu in the unit, or enable them in its parent's cgroup.subtree_control) (in the systemd unit forge.service"},
 		{name: "no manager, not delegated", own: "/session-1.scope", controllers: "memory pids", noManager: true,
 			err: "nor can forge ask systemd for a scope: no systemd user manager reachable"},
 		{name: "scope refused", own: "/session-1.scope", controllers: "memory pids", startErr: errors.New("access denied"),
