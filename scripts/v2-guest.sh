@@ -17,7 +17,13 @@
 # user by chown, as systemd's Delegate=yes does: OOM at the memory limit,
 # the pids limit, usage read back, the invariants and doctor. The host's
 # newuidmap/newgidmap (Debian's uidmap) are copied in; the base image has
-# their libraries, useradd and /etc/subuid. V2_ROOTLESS= leaves it out.
+# their libraries, useradd and /etc/subuid. The same test then checks, in
+# one forge serve, the parent limits on <delegated>/forge, a sandbox's CPU
+# quota (cpu.max, throttling in cpu.stat) and a paused session (frozen in
+# cgroup.events); and, with Debian's systemd and dbus-user-session unpacked
+# into the guest, a real systemd user manager (systemd --user) that forge,
+# started in a cgroup not delegated, asks for a scope over D-Bus.
+# V2_ROOTLESS= leaves it out.
 #
 # Kernel, initramfs and the extracted rootfs are cached under
 # $FORGE_CACHE_DIR/v2-guest (~/.cache/forge/v2-guest); each run only copies
@@ -61,7 +67,7 @@ kdir=$dir/$pkg
 if [[ ! -f $kdir/done ]]; then
 	log "fetching $pkg"
 	rm -rf "$kdir" && mkdir -p "$kdir"
-	(cd "$kdir" && apt-get download -qq "$pkg" 2>&1 | grep -v unsandboxed; dpkg-deb -x ./*.deb x && rm -f ./*.deb)
+	(cd "$kdir" && apt-get download -qq "$pkg" 2>&1 | { grep -v unsandboxed || true; }; dpkg-deb -x ./*.deb x && rm -f ./*.deb)
 	depmod -b "$kdir/x" "${pkg#linux-image-}" # the package's postinst would
 	touch "$kdir/done"
 fi
@@ -137,6 +143,25 @@ if [[ ! -f $base.done ]]; then
 	rm -rf "$base" && mkdir -p "$base"
 	tar -xf "$layout/blobs/sha256/$layer" -C "$base" --numeric-owner
 	touch "$base.done"
+fi
+
+# systemd and the user bus, for a real systemd user manager of the test
+# user (test/rootless TestRootlessDelegatedCgroup/SystemdScope): Debian's
+# systemd and dbus-user-session with what the base image lacks of their
+# dependencies (resolved against its dpkg status), unpacked into the rootfs
+# once (no maintainer scripts: a user manager needs none). A machine id, for
+# systemd and dbus-daemon.
+if [[ -n $rootless_run && ! -f $base.systemd.done ]]; then
+	log "adding systemd and dbus-user-session to the guest rootfs"
+	debs=$(mktemp -d) && mkdir -p "$debs/partial"
+	apt-get install -qq --download-only --no-install-recommends -o Debug::NoLocking=1 -o APT::Sandbox::User=root \
+		-o Dir::State::status="$base/var/lib/dpkg/status" -o Dir::Cache::archives="$debs" systemd dbus-user-session >/dev/null
+	for deb in "$debs"/*.deb; do
+		dpkg-deb --fsys-tarfile "$deb" | tar -x --keep-directory-symlink -C "$base"
+	done
+	rm -rf "$debs"
+	[[ -s $base/etc/machine-id ]] || od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$base/etc/machine-id"
+	touch "$base.systemd.done"
 fi
 
 # KVM when it runs Debian's kernel (kvm_pvm, for one, does not), else TCG.

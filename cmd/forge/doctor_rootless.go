@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -32,7 +33,7 @@ func rootlessIDCheck(cfg *profiles.Config) check {
 // cgroup limits of a delegated cgroup v2 subtree forge runs in, or rlimits,
 // with what is missing for cgroups.
 func rootlessLimitChecks() []check {
-	held, err := sandbox.RootlessHeld("/proc", "/sys/fs/cgroup")
+	held, err := sandbox.RootlessHeld(context.Background(), "/proc", "/sys/fs/cgroup")
 	f := func(name, how, disables string) check {
 		return check{Name: "limit " + name + " (rootless)", Found: how != "", Detail: how, Disables: disables}
 	}
@@ -44,7 +45,18 @@ func rootlessLimitChecks() []check {
 		deleg.Detail = fmt.Sprintf("%s: forge moves into %s/%s and puts each sandbox's cgroup (%s) in %s/%s",
 			held.Delegated, held.Delegated, sandbox.SupervisorCgroup, strings.Join(sandbox.DelegatedControllers, ", "), held.Delegated, sandbox.DefaultCgroupParent)
 	}
+	src := check{Name: "limits source (rootless)", Found: held.Source != sandbox.SourceRlimits, Detail: string(held.Source),
+		Disables: "cgroup limits: run forge in a systemd user session (forge asks the user manager for a scope over D-Bus), in a unit with Delegate=yes, or in a cgroup delegated to you"}
+	switch held.Source {
+	case sandbox.SourceScopeCreated:
+		src.Detail += ": " + held.Unit + ", a transient scope with Delegate=yes that the user's systemd manager (at " + held.Bus + ") made for this forge; it goes when forge exits"
+	case sandbox.SourceScopeFound:
+		src.Detail += ": " + held.Unit + " has Delegate=yes (the user's systemd manager at " + held.Bus + ")"
+	case sandbox.SourceInherited:
+		src.Detail += ": the cgroup forge started in is delegated to you, and no systemd unit of yours holds it"
+	}
 	return []check{
+		src,
 		deleg,
 		f("memory", held.Memory, "a memory limit"),
 		f("pids", held.Pids, "a process limit"),

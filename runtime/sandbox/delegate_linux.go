@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,8 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mcp-forge/forge/internal/rootless"
 )
 
 // A rootless forge on cgroup v2 gets cgroup limits when it runs in a
@@ -25,6 +29,8 @@ import (
 //	<delegated>/forge/<id>      one sandbox, with its memory, pids, cpu limits
 //
 // The parent limits (limits.memory, limits.pids) go on <delegated>/forge.
+// When the cgroup forge starts in is not delegated, Delegate asks the
+// user's systemd manager for a scope that is (systemd_linux.go).
 
 // SupervisorCgroup is the leaf of a delegated subtree that forge's own
 // processes run in. A forge started there (a second forge of the same
@@ -46,6 +52,11 @@ type Delegation struct {
 	Root string
 	// Move: forge runs in Root itself and moves into Root/supervisor.
 	Move bool
+	// Source says how forge got Root (Delegate sets it); Unit is the
+	// systemd unit Root belongs to and Bus where its manager answered,
+	// for the scopes created or found.
+	Source    Source
+	Unit, Bus string
 }
 
 // FindDelegated finds the delegated subtree this process runs in, reading
@@ -142,22 +153,99 @@ func (d Delegation) Prepare(cgroupRoot, parent string) error {
 	return enableControllers(sub, DelegatedControllers...)
 }
 
-// HeldDelegated is what limits hold in rootless mode in the delegated
-// subtree root, with sandboxes' cgroups under root/parent.
-func HeldDelegated(root, parent string) LimitsHeld {
-	at := " (delegated subtree " + root + ")"
-	return LimitsHeld{Cgroup: true, Delegated: root,
+// Held is what limits hold in rootless mode in the delegated subtree d,
+// with sandboxes' cgroups under d.Root/parent.
+func (d Delegation) Held(parent string) LimitsHeld {
+	at := " (delegated subtree " + d.Root + ")"
+	return LimitsHeld{Cgroup: true, Delegated: d.Root, Source: d.Source, Unit: d.Unit, Bus: d.Bus,
 		Memory: "cgroup memory.max (all processes together, OOM kill)" + at, Pids: "cgroup pids.max" + at,
-		CPU: "cgroup CPU quota" + at, Freeze: "cgroup freezer" + at, Parent: "cgroup " + path.Join(root, parent)}
+		CPU: "cgroup CPU quota" + at, Freeze: "cgroup freezer" + at, Parent: "cgroup " + path.Join(d.Root, parent)}
 }
 
 // RootlessHeld is what limits a rootless forge started like this process
-// would get (forge doctor): the delegated subtree's cgroups, or rlimits and
-// why.
-func RootlessHeld(procRoot, cgroupRoot string) (LimitsHeld, error) {
-	d, err := FindDelegated(procRoot, cgroupRoot)
+// would get (forge doctor): the delegated subtree's cgroups, found or made
+// as a forge's runtime does (Delegate: so doctor, too, may ask systemd for
+// a scope, which goes when doctor exits), or rlimits and why.
+func RootlessHeld(ctx context.Context, procRoot, cgroupRoot string) (LimitsHeld, error) {
+	d, err := Delegate(ctx, procRoot, cgroupRoot)
 	if err != nil {
 		return HeldRootless(), err
 	}
-	return HeldDelegated(d.Root, DefaultCgroupParent), nil
+	return d.Held(DefaultCgroupParent), nil
+}
+
+// scopeTimeout bounds the talk with the user's systemd manager, scope
+// creation included (seconds natively; a guest under TCG is far slower).
+const scopeTimeout = 30 * time.Second
+
+// Delegate finds or makes the delegated cgroup v2 subtree of a rootless
+// forge: the cgroup it runs in when that is a systemd unit with
+// Delegate=yes (SourceScopeFound) or a delegated cgroup no systemd unit of
+// the user's holds (SourceInherited); otherwise, when the user's systemd
+// manager answers, a transient scope with Delegate=yes that it creates for
+// this process (SourceScopeCreated), unless forge runs in a unit with
+// Delegate=yes already, which a scope could not better. The error,
+// wrapping ErrNoDelegation, says why there is none.
+func Delegate(ctx context.Context, procRoot, cgroupRoot string) (Delegation, error) {
+	return delegate(ctx, procRoot, cgroupRoot, os.Getpid(), func(ctx context.Context) (userManager, string, error) {
+		m, err := DialUserManager(ctx, rootless.UID(), UserBusAddresses(os.Getenv))
+		if err != nil {
+			return nil, "", err
+		}
+		return m, m.Address, nil
+	})
+}
+
+// userManager is what Delegate needs of the user's systemd manager: the
+// real one (UserManager) or, in the unit test, one that moves a process in
+// a fake cgroup tree.
+type userManager interface {
+	UnitOf(ctx context.Context, pid int) (string, bool, error)
+	StartScope(ctx context.Context, name, slice string, pid int) error
+	Close()
+}
+
+func delegate(ctx context.Context, procRoot, cgroupRoot string, pid int, dial func(context.Context) (userManager, string, error)) (Delegation, error) {
+	d, err := FindDelegated(procRoot, cgroupRoot)
+	if _, v2 := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); v2 != nil {
+		return d, err // cgroup v1: no scope of systemd's has limits either
+	}
+	ctx, cancel := context.WithTimeout(ctx, scopeTimeout)
+	defer cancel()
+	m, bus, derr := dial(ctx)
+	if derr != nil {
+		if err != nil {
+			return d, fmt.Errorf("%w; nor can forge ask systemd for a scope: %w", err, derr)
+		}
+		d.Source = SourceInherited
+		return d, nil
+	}
+	defer m.Close()
+	unit, delegated, uerr := m.UnitOf(ctx, pid)
+	switch {
+	case uerr == nil && delegated && err != nil:
+		// A scope of forge's own would get no more controllers than the
+		// unit systemd delegated already (and would take forge out of it).
+		return d, fmt.Errorf("%w (in the systemd unit %s, which has Delegate=yes)", err, unit)
+	case uerr == nil && delegated:
+		d.Source, d.Unit, d.Bus = SourceScopeFound, unit, bus
+		return d, nil
+	case err == nil && uerr != nil: // none of the manager's units holds it
+		d.Source = SourceInherited
+		return d, nil
+	}
+	// Not delegated, or a unit of systemd's without Delegate=yes (a
+	// terminal's scope, say): that cgroup is systemd's to manage, not forge's.
+	name := fmt.Sprintf("forge-%d.scope", pid)
+	if serr := m.StartScope(ctx, name, ScopeSlice, pid); serr != nil {
+		if err == nil {
+			err = fmt.Errorf("%w: this process's unit has no Delegate=yes", ErrNoDelegation)
+		}
+		return Delegation{}, fmt.Errorf("%w; and the systemd user manager at %s made no scope: %w", err, bus, serr)
+	}
+	if d, err = FindDelegated(procRoot, cgroupRoot); err != nil {
+		return d, fmt.Errorf("in the systemd scope %s: %w", name, err)
+	}
+	d.Source, d.Unit, d.Bus = SourceScopeCreated, name, bus
+	return d, nil
 }

@@ -64,6 +64,12 @@ type LimitsHeld struct {
 	// Delegated is the delegated cgroup v2 subtree a rootless forge's
 	// cgroups are in ("" as root, or with rlimits).
 	Delegated string `json:"delegated,omitempty"`
+	// Source says where a rootless forge's limits come from ("" as root),
+	// Unit the systemd unit of Delegated, if any, and Bus where its
+	// manager answered.
+	Source Source `json:"source,omitempty"`
+	Unit   string `json:"unit,omitempty"`
+	Bus    string `json:"bus,omitempty"`
 	// Memory, Pids, CPU, Freeze and Parent (all sandboxes together) say
 	// how each is held ("" when it is not).
 	Memory, Pids, CPU, Freeze, Parent string
@@ -81,8 +87,8 @@ func (h LimitsHeld) String() string {
 
 // Held is what limits this runtime's sandboxes get.
 func (r *Runtime) Held() LimitsHeld {
-	if r.delegated != "" {
-		return HeldDelegated(r.delegated, path.Base(r.cgroupBase))
+	if r.delegated.Root != "" {
+		return r.delegated.Held(path.Base(r.cgroupBase))
 	}
 	if !r.noCgroups {
 		return LimitsHeld{Cgroup: true, Memory: "cgroup memory.max (all processes together, OOM kill)", Pids: "cgroup pids.max",
@@ -94,7 +100,7 @@ func (r *Runtime) Held() LimitsHeld {
 // HeldRootless is what limits hold in rootless mode without a cgroup of
 // forge's own: rlimits on each sandbox process.
 func HeldRootless() LimitsHeld {
-	return LimitsHeld{Memory: "RLIMIT_DATA per process (heap and anonymous memory of each process, not of all together; no OOM count)",
+	return LimitsHeld{Source: SourceRlimits, Memory: "RLIMIT_DATA per process (heap and anonymous memory of each process, not of all together; no OOM count)",
 		Pids: "RLIMIT_NPROC (processes and threads of the sandbox's own uid)"}
 }
 

@@ -89,7 +89,7 @@ type Runtime struct {
 	budgets    UserLimits       // each sandbox's per-user kernel limits
 	rootless   bool             // forge runs as an ordinary user (internal/rootless)
 	noCgroups  bool             // rootless without a cgroup of its own: rlimits, no freezer
-	delegated  string           // rootless in this delegated cgroup v2 subtree (delegate_linux.go)
+	delegated  Delegation       // rootless in this delegated cgroup v2 subtree (delegate_linux.go)
 	procRoot   string
 	nested     int64 // Budget.NestedNamespaces
 	log        *slog.Logger
@@ -146,7 +146,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		}
 		opts.IDRange, opts.IDBlockSize = ids, block
 		r.rootless = true
-		r.delegate(&opts)
+		r.delegate(ctx, &opts)
 		if ids.Size == 0 {
 			// No subordinate range: only the user's own uid is mapped
 			// (forge's root); every sandbox runs as it (forge doctor says
@@ -203,11 +203,12 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 }
 
 // delegate makes a rootless runtime put its sandboxes' cgroups in the
-// delegated cgroup v2 subtree it runs in, or use rlimits (noCgroups) when
-// there is none or it cannot be prepared. opts' cgroup root and parent then
+// delegated cgroup v2 subtree it runs in or the systemd scope it asks the
+// user's manager for (Delegate), or use rlimits (noCgroups) when there is
+// none or it cannot be prepared. opts' cgroup root and parent then
 // name the sandboxes' parent in that subtree, for setLimits.
-func (r *Runtime) delegate(opts *Options) {
-	d, err := FindDelegated(opts.ProcRoot, opts.CgroupRoot)
+func (r *Runtime) delegate(ctx context.Context, opts *Options) {
+	d, err := Delegate(ctx, opts.ProcRoot, opts.CgroupRoot)
 	if err == nil {
 		err = d.Prepare(opts.CgroupRoot, opts.CgroupParent)
 		if err != nil {
@@ -220,10 +221,10 @@ func (r *Runtime) delegate(opts *Options) {
 		r.noCgroups = true
 		return
 	}
-	r.delegated = d.Root
+	r.delegated = d
 	r.cgroupBase = path.Join(d.Root, opts.CgroupParent)
 	opts.CgroupRoot = filepath.Join(opts.CgroupRoot, d.Root)
-	r.log.Info("rootless: sandboxes' cgroups in the delegated subtree", "cgroup", r.cgroupBase)
+	r.log.Info("rootless: sandboxes' cgroups in the delegated subtree", "cgroup", r.cgroupBase, "source", d.Source, "unit", d.Unit, "bus", d.Bus)
 }
 
 // setLimits sizes the sandboxes' kernel budgets and caps the parent cgroup.
