@@ -53,3 +53,27 @@ func rootlessLimitChecks() []check {
 		f("parent cgroup", held.Parent, "a cap on all sandboxes together (limits.memory, limits.pids)"),
 	}
 }
+
+// rootlessZygoteCheck adds to the sandbox mode check what zygote mode is
+// rootless: the children's blocks from the user's subordinate range (or a
+// refusal without one) and how their limits hold.
+func rootlessZygoteCheck(cfg *profiles.Config, c *check) {
+	ids, block, err := sandbox.RootlessIDs("/proc", cfg.Security.UIDMapSize, cfg.Security.SandboxUID)
+	slots := 0
+	if err == nil {
+		slots, err = sandbox.RootlessZygoteSlots(ids, block, cfg.Sandbox.ZygoteSlots)
+	}
+	if err != nil {
+		c.Found = false
+		c.Detail = "zygote (sandbox.mode), refused rootless: " + strings.TrimPrefix(err.Error(), sandbox.ErrInvalidConfig.Error()+": ")
+		c.Disables = "every sandbox (forge refuses to start): use sandbox.mode: container, or give the user a subordinate range"
+		return
+	}
+	held, herr := sandbox.RootlessHeld("/proc", "/sys/fs/cgroup")
+	how := "each child's limits are rlimits, as a container's are rootless (" + held.Memory + "; " + held.Pids + "): no delegated cgroup v2"
+	if herr == nil {
+		how = "each child gets a cgroup of its own in the delegated subtree " + held.Delegated
+	}
+	c.Detail += fmt.Sprintf("; rootless: %d children per template (sandbox.zygote_slots %d, fitted to the blocks of your subordinate range), %s",
+		slots, cfg.Sandbox.ZygoteSlots, how)
+}

@@ -138,6 +138,7 @@ for _ in range(300):
 			t.Errorf("a sandbox's cgroup is left: %s", e.Name())
 		}
 	}
+	zygoteDelegated(t, u, dir)
 }
 
 // rmCgroup removes a cgroup directory tree, children first.
