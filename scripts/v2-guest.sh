@@ -194,8 +194,10 @@ export CI=true FORGE_CACHE_DIR=/forge-v2/cache FORGE_TEST_STATE_DIR=/var/lib/for
 rc=\$?
 if [ -n '$zygote_run' ]; then
 	echo "v2-guest: zygote mode"
+	tz=\$(\$bb date +%s)
 	FORGE_TEST_SANDBOX_MODE=zygote FORGE_TEST_ZYGOTE_CHILDREN=$zygote_children \
 		./sandbox.test -test.v -test.count=1 -test.timeout ${timeout_min}m -test.run '$zygote_run' 2>&1 || rc=1
+	echo "v2-guest: zygote mode took \$((\$(\$bb date +%s) - tz)) s"
 fi
 if [ -n '$rootless_run' ]; then
 	echo "v2-guest: rootless in a delegated cgroup"
