@@ -850,12 +850,24 @@ func (t *template) request(ctx context.Context, msg []byte, fds []int) (zygoteMs
 }
 
 // hostPid finds the host pid of the template's child tplPid: its NSpid
-// line ends with tplPid and then 1 (P is pid 1 of its own namespace).
+// line ends with tplPid and then 1 (P is pid 1 of its own namespace). The
+// kernel's children list skips an entry when a sibling exits while it is
+// read (siblings come and go at every fork), so a miss is tried again.
 func (t *template) hostPid(tplPid int) (int, error) {
 	tp, err := t.proc.Pid()
 	if err != nil {
 		return 0, err
 	}
+	for try := 1; ; try++ {
+		pid, err := t.findChild(tp, tplPid)
+		if err == nil || try == 10 {
+			return pid, err
+		}
+		time.Sleep(time.Duration(try) * time.Millisecond)
+	}
+}
+
+func (t *template) findChild(tp, tplPid int) (int, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tp, tp))
 	if err != nil {
 		return 0, err
@@ -968,7 +980,12 @@ func (r *Runtime) closeTemplates() {
 // Child-side operations of Sandbox.
 
 func (k *zchild) kill(sig unix.Signal) error {
+	// A pid not known yet is 0, and kill(0) would signal forge's own
+	// process group: never signal one.
 	if sig != unix.SIGKILL {
+		if k.initPid <= 0 {
+			return fmt.Errorf("signal %s: the sandbox's pid 1 is not known yet", unix.SignalName(sig))
+		}
 		return unix.Kill(k.initPid, sig)
 	}
 	// pid 1 first: the kernel then kills its whole pid namespace. What is
@@ -977,7 +994,9 @@ func (k *zchild) kill(sig unix.Signal) error {
 	if k.initPid > 0 {
 		_ = unix.Kill(k.initPid, sig)
 	}
-	_ = unix.Kill(k.hostPid, sig)
+	if k.hostPid > 0 {
+		_ = unix.Kill(k.hostPid, sig)
+	}
 	if k.s.cgm == nil {
 		return nil
 	}
