@@ -75,11 +75,11 @@ func TestZygoteChildCgroup(t *testing.T) {
 	if filepath.Base(dir) != sb.ID() {
 		t.Fatalf("the child's pid 1 is in cgroup %s, want its own (%s)", dir, sb.ID())
 	}
-	mem := "memory.max"
+	mem := filepath.Join(dir, "memory.max")
 	if !unified() {
-		mem = "../../memory/forge/" + sb.ID() + "/memory.limit_in_bytes"
+		mem = filepath.Join(hostCgroup(t, sb.Pid(), "memory"), "memory.limit_in_bytes")
 	}
-	if got := strings.TrimSpace(readFile(filepath.Join(dir, mem))); got != strconv.Itoa(96<<20) {
+	if got := strings.TrimSpace(readFile(mem)); got != strconv.Itoa(96<<20) {
 		t.Errorf("%s of the child's cgroup: %q, want %d", mem, got, 96<<20)
 	}
 	if got := strings.TrimSpace(readFile(filepath.Join(dir, "pids.max"))); got != "16" {
