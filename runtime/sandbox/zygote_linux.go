@@ -131,10 +131,6 @@ func (r *Runtime) rootlessZygote(ids idmap.Range, block uint32) error {
 	return nil
 }
 
-// ZygoteSlots is how many children one template holds at once (after
-// rootlessZygote; 0 outside zygote mode).
-func (r *Runtime) ZygoteSlots() int { return r.zopts.Slots }
-
 // rlimitName names the rlimits of rlimitsFor for zygote.py.
 var rlimitName = map[int]string{unix.RLIMIT_DATA: "RLIMIT_DATA", unix.RLIMIT_NPROC: "RLIMIT_NPROC"}
 
