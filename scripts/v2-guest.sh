@@ -44,11 +44,24 @@ run=${V2_RUN:-.}            # -test.run of the sandbox tests
 # timeout within 2 s, 65536 files within 60 s); what they check of cgroups is
 # also in TestOOMKilled, TestCaughtPidsLimitIsNoError and
 # TestParentCgroupLimits. V2_SKIP= runs them too. The zygote tests are left
-# out too: TestZygoteMode reruns the whole suite, which under TCG would double
-# the guest's time (zygote mode on cgroup v2 is not covered yet; V2_SKIP=
-# runs it).
+# out of this run too: TestZygoteMode reruns the whole suite, which under TCG
+# would double the guest's time (V2_SKIP= runs it); the focused zygote run
+# below covers what zygote mode does with cgroups.
 tcg_skip='^(TestRunEndings|TestTimeout|TestForkBombContained|TestWorkspaceInodesCapped|TestZygote.*)$'
 timeout_min=${V2_TIMEOUT_MIN:-25}
+# Zygote mode on cgroup v2, in a second run of the sandbox tests with every
+# sandbox a zygote child: a child's own cgroup made by the fs2 manager with
+# its limits (OOM at memory.max, the pids limit, usage read back, removed
+# with it), pause via cgroup.freeze and limits set later, isolation from
+# its siblings and template, and V2_ZYGOTE_CHILDREN children at
+# concurrency 8 with nothing left. V2_ZYGOTE= leaves it out.
+zygote_run=${V2_ZYGOTE-^(TestZygoteChildCgroup|TestPauseResumeAndLimits|TestZygoteChildIsolation|TestZygoteManyChildren)\$}
+zygote_children=${V2_ZYGOTE_CHILDREN:-32}
+# V2_BENCH=REGEX also runs those benchmarks of runtime/sandbox, once in each
+# mode (-test.benchtime V2_BENCHTIME, 5x): BenchmarkCgroupMove,
+# BenchmarkCold (beside bare python in the same run). Not run by default.
+bench=${V2_BENCH-}
+benchtime=${V2_BENCHTIME:-5x}
 rootless_run=${V2_ROOTLESS-^TestRootlessDelegatedCgroup\$}
 
 log() { printf 'v2-guest: %s\n' "$*" >&2; }
@@ -209,6 +222,19 @@ export CI=true FORGE_CACHE_DIR=/forge-v2/cache FORGE_TEST_STATE_DIR=/var/lib/for
 ./forge --state-dir /var/lib/forge-test doctor
 ./sandbox.test -test.v -test.count=1 -test.timeout ${timeout_min}m -test.run '$run' -test.skip '$skip' 2>&1
 rc=\$?
+if [ -n '$zygote_run' ]; then
+	echo "v2-guest: zygote mode"
+	tz=\$(\$bb date +%s)
+	FORGE_TEST_SANDBOX_MODE=zygote FORGE_TEST_ZYGOTE_CHILDREN=$zygote_children \
+		./sandbox.test -test.v -test.count=1 -test.timeout ${timeout_min}m -test.run '$zygote_run' 2>&1 || rc=1
+	echo "v2-guest: zygote mode took \$((\$(\$bb date +%s) - tz)) s"
+fi
+if [ -n '$bench' ]; then
+	for mode in container zygote; do
+		echo "v2-guest: benchmarks, \$mode mode"
+		FORGE_TEST_SANDBOX_MODE=\$mode ./sandbox.test -test.run '^\$' -test.bench '$bench' -test.benchtime $benchtime 2>&1 || rc=1
+	done
+fi
 if [ -n '$rootless_run' ]; then
 	echo "v2-guest: rootless in a delegated cgroup"
 	FORGE_TEST_FORGE=/forge-v2/forge FORGE_TEST_MCPSERVER=/forge-v2/mcpserver TMPDIR=/var/tmp FORGE_TEST_ROOTLESS_TIMEOUT=12m \
@@ -233,7 +259,7 @@ timeout $((timeout_min * 60 + 300)) qemu-system-x86_64 "${accel[@]}" -smp 2 -m 2
 	-kernel "$vmlinuz" -initrd "$initrd" \
 	-drive "file=$disk,format=raw,if=virtio,cache=unsafe" \
 	-append "console=ttyS0 root=/dev/vda rw panic=-1 quiet systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all" \
-	</dev/null | tee "$out" | grep --line-buffered -E '^(v2-guest|=== RUN|--- |FAIL|ok|PASS|FEATURE|cgroup|mode)' || true
+	</dev/null | tee "$out" | grep --line-buffered -E '^(v2-guest|=== RUN|--- |FAIL|ok|PASS|FEATURE|cgroup|mode|Benchmark)' || true
 rm -f "$disk"
 rc=$(sed -n 's/^FORGE-V2-RC=\([0-9]*\).*/\1/p' "$out" | tail -1)
 log "guest ran $(($(date +%s) - tb)) s, $(($(date +%s) - t0)) s in all; console log in $out"

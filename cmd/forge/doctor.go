@@ -134,6 +134,9 @@ func modeCheck(cfg *profiles.Config) check {
 			c.Found = false
 			c.Detail += "; but the kernel allows no user namespaces (max_user_namespaces=" + n + "), which each child needs"
 		}
+		if rootless.Active() {
+			rootlessZygoteCheck(cfg, &c)
+		}
 	default:
 		c.Detail = "container (sandbox.mode): one libcontainer container per sandbox, the default until zygote mode " +
 			"has passed the whole sandbox and attack suites in CI"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/profiles"
@@ -29,11 +30,17 @@ func rootlessIDCheck(cfg *profiles.Config) check {
 	return c
 }
 
+// rootlessHeld is what limits hold rootless, asked once per doctor run: it
+// may ask the user's systemd manager for a scope.
+var rootlessHeld = sync.OnceValues(func() (sandbox.LimitsHeld, error) {
+	return sandbox.RootlessHeld(context.Background(), "/proc", "/sys/fs/cgroup")
+})
+
 // rootlessLimitChecks say exactly which sandbox limits hold rootless: the
 // cgroup limits of a delegated cgroup v2 subtree forge runs in, or rlimits,
 // with what is missing for cgroups.
 func rootlessLimitChecks() []check {
-	held, err := sandbox.RootlessHeld(context.Background(), "/proc", "/sys/fs/cgroup")
+	held, err := rootlessHeld()
 	f := func(name, how, disables string) check {
 		return check{Name: "limit " + name + " (rootless)", Found: how != "", Detail: how, Disables: disables}
 	}
@@ -64,4 +71,28 @@ func rootlessLimitChecks() []check {
 		f("pause", held.Freeze, "freezing idle sandboxes: threads that code started keep running between calls of a session"),
 		f("parent cgroup", held.Parent, "a cap on all sandboxes together (limits.memory, limits.pids)"),
 	}
+}
+
+// rootlessZygoteCheck adds to the sandbox mode check what zygote mode is
+// rootless: the children's blocks from the user's subordinate range (or a
+// refusal without one) and how their limits hold.
+func rootlessZygoteCheck(cfg *profiles.Config, c *check) {
+	ids, block, err := sandbox.RootlessIDs("/proc", cfg.Security.UIDMapSize, cfg.Security.SandboxUID)
+	slots := 0
+	if err == nil {
+		slots, err = sandbox.RootlessZygoteSlots(ids, block, cfg.Sandbox.ZygoteSlots)
+	}
+	if err != nil {
+		c.Found = false
+		c.Detail = "zygote (sandbox.mode), refused rootless: " + strings.TrimPrefix(err.Error(), sandbox.ErrInvalidConfig.Error()+": ")
+		c.Disables = "every sandbox (forge refuses to start): use sandbox.mode: container, or give the user a subordinate range"
+		return
+	}
+	held, herr := rootlessHeld()
+	how := "each child's limits are rlimits, as a container's are rootless (" + held.Memory + "; " + held.Pids + "): no delegated cgroup v2"
+	if herr == nil {
+		how = "each child gets a cgroup of its own in the delegated subtree " + held.Delegated
+	}
+	c.Detail += fmt.Sprintf("; rootless: %d children per template (sandbox.zygote_slots %d, fitted to the blocks of your subordinate range), %s",
+		slots, cfg.Sandbox.ZygoteSlots, how)
 }

@@ -171,6 +171,11 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		if err := r.zopts.setDefaults(); err != nil {
 			return nil, err
 		}
+		if r.rootless {
+			if err := r.rootlessZygote(opts.IDRange, opts.IDBlockSize); err != nil {
+				return nil, err
+			}
+		}
 	default:
 		return nil, fmt.Errorf("sandbox mode %q: must be %q or %q: %w", opts.Mode, ModeContainer, ModeZygote, ErrInvalidConfig)
 	}

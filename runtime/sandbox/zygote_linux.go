@@ -95,6 +95,45 @@ func (o *ZygoteOptions) setDefaults() error {
 	return nil
 }
 
+// RootlessZygoteSlots fits zygote mode to a rootless forge's ids (ids, in
+// blocks of block, as RootlessIDs gives them): the child slots a template
+// gets for the asked ones, or why zygote mode cannot run. Each child needs
+// a block of its own, cut from the user's subordinate range. Without a
+// range every sandbox would run as the user's own uid, and children of one
+// template could signal and ptrace each other: zygote mode is refused.
+// With one, a template's slots shrink until two templates (a retiring one
+// and its successor) fit beside a few containers (hosted tools, builds).
+func RootlessZygoteSlots(ids idmap.Range, block uint32, slots int) (int, error) {
+	if ids.Size == 0 || block == 0 {
+		return 0, fmt.Errorf("%w: sandbox.mode zygote needs a subordinate id range (/etc/subuid and /etc/subgid) in rootless mode: "+
+			"each child runs as host ids of its own, and without a range all of them would be the user's own uid, "+
+			"able to signal and ptrace one another; add a range for the user, or use sandbox.mode: container", ErrInvalidConfig)
+	}
+	blocks := int(ids.Size / block)
+	fit := (blocks-max(2, blocks/8))/2 - 1
+	if fit < 1 {
+		return 0, fmt.Errorf("%w: sandbox.mode zygote: the user's subordinate range holds %d blocks of %d ids, too few for a template "+
+			"(it takes a block for itself and one per child slot, and a retiring template and its successor live at once); "+
+			"give the user a larger range in /etc/subuid and /etc/subgid, or use sandbox.mode: container", ErrInvalidConfig, blocks, block)
+	}
+	return min(slots, fit), nil
+}
+
+func (r *Runtime) rootlessZygote(ids idmap.Range, block uint32) error {
+	slots, err := RootlessZygoteSlots(ids, block, r.zopts.Slots)
+	if err != nil {
+		return err
+	}
+	if slots < r.zopts.Slots {
+		r.log.Info("rootless: zygote slots cut to fit the user's subordinate range", "slots", slots, "asked", r.zopts.Slots)
+		r.zopts.Slots = slots
+	}
+	return nil
+}
+
+// rlimitName names the rlimits of rlimitsFor for zygote.py.
+var rlimitName = map[int]string{unix.RLIMIT_DATA: "RLIMIT_DATA", unix.RLIMIT_NPROC: "RLIMIT_NPROC"}
+
 // Mode is how the runtime makes sandboxes.
 func (r *Runtime) Mode() Mode { return r.mode }
 
@@ -317,12 +356,15 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	if err != nil {
 		return nil, err
 	}
-	// Templates always have cgroups (zygote mode makes each child's on the host).
-	lc, err := libcontainerConfig(t.id, spec, false)
+	// A template has a cgroup wherever sandboxes do (zygote mode makes each
+	// child's on the host); a rootless one without (noCgroups) has rlimits.
+	lc, err := libcontainerConfig(t.id, spec, r.rootless)
 	if err != nil {
 		return nil, fmt.Errorf("converting spec of zygote template %s: %w", t.id, err)
 	}
-	t.devices = lc.Cgroups.Resources.Devices
+	if !r.noCgroups {
+		t.devices = lc.Cgroups.Resources.Devices
+	}
 	if t.c, err = libcontainer.Create(r.root, t.id, lc); err != nil {
 		return nil, fmt.Errorf("creating zygote template %s: %w", t.id, err)
 	}
@@ -356,7 +398,9 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	select {
 	case m := <-ready:
 		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "took", time.Since(t.started))
-		t.openProcs()
+		if !r.noCgroups {
+			t.openProcs()
+		}
 	case <-t.exited:
 		return nil, fmt.Errorf("zygote template %s %w: it exited%s", t.id, errAgentStart, note(t.stderr))
 	case <-ctx.Done():
@@ -448,7 +492,7 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 	limits := cfg.Limits
 	limits.Pids = int64(r.zopts.Slots) + 16 // a child is here only until it joins its own cgroup
 	argv := append(kernel.Argv(kernel.ZygotePath), r.zopts.Warm...)
-	s, err := NewSpec(
+	opts := []SpecOpt{
 		WithRootfs(cfg.Rootfs),
 		WithHostname("zygote"),
 		WithIDMapping(t.leases[0].Range().Start, t.block),
@@ -456,11 +500,16 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 		WithTmpfs("/tmp", 1<<20),
 		WithTmpfs(WorkspacePath, 1<<20),
 		WithReadOnlyBind(r.agentDir, AgentMountPoint),
-		WithResources(limits.Spec()),
 		WithSeccomp(sc),
-		WithCgroupsPath(r.cgroupBase+"/"+t.id),
 		WithUserLimits(r.templateLimits()),
-	)
+	}
+	if !r.noCgroups {
+		// Without (rootless, no delegated cgroup) the template keeps
+		// forge's rlimits, which bound its children's own from above: each
+		// child lowers them to its sandbox's limits (fork, rlimitsFor).
+		opts = append(opts, WithResources(limits.Spec()), WithCgroupsPath(r.cgroupBase+"/"+t.id))
+	}
+	s, err := NewSpec(opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -613,6 +662,13 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		UserLimits: r.budgets, Seccomp: prog, Env: Env,
 		Rlimits: map[string][2]int64{"RLIMIT_NOFILE": {1024, 1024}, "RLIMIT_CORE": {0, 0}, "RLIMIT_FSIZE": {1 << 30, 1 << 30}},
 	}
+	if r.noCgroups {
+		// No cgroup of its own: the child's limits are rlimits, as a
+		// container's are (rlimitsFor; RLIMIT_NPROC counts its own uid).
+		for _, rl := range rlimitsFor(cfg.Limits) {
+			req.Rlimits[rlimitName[rl.Type]] = [2]int64{int64(rl.Soft), int64(rl.Hard)}
+		}
+	}
 	var bridge *os.File
 	if cfg.BridgeDir != "" {
 		// A detached copy of the bind mount, which the child (root of its
@@ -662,6 +718,10 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	}
 	cgDone := make(chan made, 1)
 	go func() {
+		if r.noCgroups {
+			cgDone <- made{}
+			return
+		}
 		res := cfg.Limits.Resources()
 		res.Devices = t.devices // a devices cgroup of its own, with a container's rules
 		m, err := manager.New(&occgroups.Cgroup{Path: cgroupPath, Resources: res, Rootless: r.rootless})
@@ -721,9 +781,11 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	if err := cg.err; err != nil {
 		return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
 	}
-	for _, p := range s.cgm.GetPaths() {
-		if err := occgroups.WriteCgroupProc(p, k.hostPid); err != nil {
-			return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
+	if s.cgm != nil {
+		for _, p := range s.cgm.GetPaths() {
+			if err := occgroups.WriteCgroupProc(p, k.hostPid); err != nil {
+				return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
+			}
 		}
 	}
 	if _, err := goW.Write([]byte{'g'}); err != nil {
@@ -784,12 +846,24 @@ func (t *template) request(ctx context.Context, msg []byte, fds []int) (zygoteMs
 }
 
 // hostPid finds the host pid of the template's child tplPid: its NSpid
-// line ends with tplPid and then 1 (P is pid 1 of its own namespace).
+// line ends with tplPid and then 1 (P is pid 1 of its own namespace). The
+// kernel's children list skips an entry when a sibling exits while it is
+// read (siblings come and go at every fork), so a miss is tried again.
 func (t *template) hostPid(tplPid int) (int, error) {
 	tp, err := t.proc.Pid()
 	if err != nil {
 		return 0, err
 	}
+	for try := 1; ; try++ {
+		pid, err := t.findChild(tp, tplPid)
+		if err == nil || try == 10 {
+			return pid, err
+		}
+		time.Sleep(time.Duration(try) * time.Millisecond)
+	}
+}
+
+func (t *template) findChild(tp, tplPid int) (int, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tp, tp))
 	if err != nil {
 		return 0, err
@@ -902,7 +976,12 @@ func (r *Runtime) closeTemplates() {
 // Child-side operations of Sandbox.
 
 func (k *zchild) kill(sig unix.Signal) error {
+	// A pid not known yet is 0, and kill(0) would signal forge's own
+	// process group: never signal one.
 	if sig != unix.SIGKILL {
+		if k.initPid <= 0 {
+			return fmt.Errorf("signal %s: the sandbox's pid 1 is not known yet", unix.SignalName(sig))
+		}
 		return unix.Kill(k.initPid, sig)
 	}
 	// pid 1 first: the kernel then kills its whole pid namespace. What is
@@ -911,7 +990,9 @@ func (k *zchild) kill(sig unix.Signal) error {
 	if k.initPid > 0 {
 		_ = unix.Kill(k.initPid, sig)
 	}
-	_ = unix.Kill(k.hostPid, sig)
+	if k.hostPid > 0 {
+		_ = unix.Kill(k.hostPid, sig)
+	}
 	if k.s.cgm == nil {
 		return nil
 	}

@@ -284,6 +284,9 @@ func TestZygoteManyChildren(t *testing.T) {
 					if res != strconv.Itoa(i) {
 						err = fmt.Errorf("child %d printed %q (%v)", i, res, xerr)
 					}
+					if _, serr := os.Stat(sandboxCgroupDir(sb.ID())); serr != nil && err == nil {
+						err = fmt.Errorf("child %d has no cgroup where the leak check looks: %w", i, serr) // the check below would prove nothing
+					}
 					mu.Lock()
 					ids = append(ids, sb.ID())
 					mu.Unlock()
@@ -315,7 +318,7 @@ func TestZygoteManyChildren(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 	for _, id := range ids {
-		if _, err := os.Stat("/sys/fs/cgroup/pids/forge/" + id); err == nil {
+		if _, err := os.Stat(sandboxCgroupDir(id)); err == nil {
 			t.Errorf("cgroup of child %s left", id)
 		}
 	}
@@ -343,7 +346,7 @@ func liveLeases(t testing.TB) []string {
 }
 
 func templateCgroups() []string {
-	m, _ := filepath.Glob(fmt.Sprintf("/sys/fs/cgroup/pids/forge/%d-*-z", os.Getpid()))
+	m, _ := filepath.Glob(sandboxCgroupDir(fmt.Sprintf("%d-*-z", os.Getpid())))
 	return m
 }
 

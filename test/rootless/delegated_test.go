@@ -138,6 +138,7 @@ for _ in range(300):
 			t.Errorf("a sandbox's cgroup is left: %s", e.Name())
 		}
 	}
+	t.Run("Zygote", func(t *testing.T) { zygoteDelegated(t, u, dir) })
 	t.Run("Session", func(t *testing.T) { delegatedSession(t, u, dir) })
 	t.Run("SystemdScope", func(t *testing.T) { systemdScope(t, u, dir) })
 }
