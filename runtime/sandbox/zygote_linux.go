@@ -153,7 +153,8 @@ type template struct {
 	retired bool            // forks no more; destroyed once its last child is
 	kids    map[int]*zchild // by pid in the template's pid namespace
 	early   map[int]int     // exit codes of children not yet registered
-	gone    bool            // destroyed
+	gone    bool            // destroyed, or being destroyed
+	over    chan struct{}   // closed once destroy has finished
 }
 
 // zchild is the zygote side of a child sandbox.
@@ -364,7 +365,7 @@ func (t *template) release(slot int) {
 func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, retErr error) {
 	n := r.zopts.Slots + 1
 	t := &template{rt: r, id: newID() + "-z", rootfs: cfg.Rootfs, block: r.ids.BlockSize(), started: time.Now(),
-		stderr: &boundedBuffer{max: 64 << 10}, exited: make(chan struct{}), replies: make(chan zygoteMsg, 1),
+		stderr: &boundedBuffer{max: 64 << 10}, exited: make(chan struct{}), replies: make(chan zygoteMsg, 1), over: make(chan struct{}),
 		kids: make(map[int]*zchild), early: make(map[int]int)}
 	defer func() {
 		if retErr != nil {
@@ -889,12 +890,16 @@ func (t *template) hostPid(tplPid int) (int, error) {
 }
 
 // destroy kills the template and gives its ids back (children die with it).
+// A second call waits for the first: Runtime.Close must not return while a
+// retired template's destroy still holds its ids.
 func (t *template) destroy() {
 	t.mu.Lock()
 	if t.gone {
 		t.mu.Unlock()
+		<-t.over
 		return
 	}
+	defer close(t.over)
 	t.gone = true
 	t.retired = true
 	if t.aging != nil {
