@@ -461,7 +461,7 @@ func TestZygoteTemplates(t *testing.T) {
 			t.Fatalf("children of %d template(s) after 60 s of starts at concurrency 4 (stats %+v), want 2", n, rt.ZygoteStats())
 		}
 	}
-	if st := rt.ZygoteStats(); st.Templates != 2 {
-		t.Errorf("stats %+v, want 2 templates", st)
+	if st := rt.ZygoteStats(); st.Templates != 2 || st.Retired != 0 {
+		t.Errorf("stats %+v, want 2 templates, none retired", st)
 	}
 }
