@@ -114,20 +114,33 @@ CAP_LAST = _cap_last()
 # ---------------------------------------------------------------- the child
 
 
+# Which of them this kernel's /proc has, looked up once in the template's (unmasked) /proc: a
+# child's fresh /proc has the same entries, and each lookup costs the child a path walk.
+MASKED_DIRS = tuple(p for p in MASKED if os.path.isdir(p))
+MASKED_FILES = tuple(p for p in MASKED if os.path.exists(p) and not os.path.isdir(p))
+READONLY_FOUND = tuple(p for p in READONLY if os.path.exists(p))
+
+
 def _mount_proc():
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for p in MASKED:
-        if os.path.isdir(p):
-            mount("tmpfs", p, "tmpfs", MS_RDONLY, "size=0")
-        elif os.path.exists(p):
-            mount("/dev/null", p, None, MS_BIND)
+    for p in MASKED_DIRS:
+        mount("tmpfs", p, "tmpfs", MS_RDONLY, "size=0")
+    for p in MASKED_FILES:
+        mount("/dev/null", p, None, MS_BIND)
 
 
 def _readonly_proc():
-    for p in READONLY:
-        if os.path.exists(p):
-            mount(p, p, None, MS_BIND | MS_REC)
-            mount(p, p, None, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for p in READONLY_FOUND:
+        mount(p, p, None, MS_BIND | MS_REC)
+        mount(p, p, None, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _write(path, data):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _loopback_up():
@@ -143,10 +156,22 @@ def _tmpfs(path, size, uid):
           "mode=0755,size=%d,nr_inodes=65536,uid=%d,gid=%d" % (size, uid, uid))
 
 
-def _seccomp(prog):
-    buf = ctypes.create_string_buffer(prog, len(prog))
-    fprog = _Fprog(len(prog) // 8, ctypes.addressof(buf))
-    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+_programs = {}  # a profile's BPF (hex from the host) → (buffer, sock_fprog), made once
+
+
+def _program(hexprog):
+    p = _programs.get(hexprog)
+    if p is None:
+        if len(_programs) >= 16:
+            _programs.clear()
+        prog = bytes.fromhex(hexprog)
+        buf = ctypes.create_string_buffer(prog, len(prog))
+        p = _programs[hexprog] = (buf, _Fprog(len(prog) // 8, ctypes.addressof(buf)))
+    return p
+
+
+def _seccomp(program):
+    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(program[1]))
 
 
 def _reseed():
@@ -173,7 +198,7 @@ def _place_fds(req_fd, rep_fd, err_fd):
     os.closerange(agent.REP_FD + 1, 1 << 16)
 
 
-def _init(req, fds, p2c_r):
+def _init(req, fds, p2c_r, program):
     """P: pid 1 of the new pid namespace, root of the new user namespace until it drops."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -204,8 +229,7 @@ def _init(req, fds, p2c_r):
     # Only now: the cgroup namespace's root is the cgroup P is in when it is made.
     unshare(CLONE_NEWCGROUP)
     for name, value in req.get("user_limits", {}).items():  # after the last namespace
-        with open("/proc/sys/user/" + name, "w") as f:
-            f.write(str(value))
+        _write("/proc/sys/user/" + name, b"%d" % value)
     _readonly_proc()  # after the writes to /proc/sys
     for kind, (soft, hard) in req.get("rlimits", {}).items():
         resource.setrlimit(getattr(resource, kind), (soft, hard))
@@ -215,7 +239,7 @@ def _init(req, fds, p2c_r):
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)  # from root to the user: every capability is gone
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-    _seccomp(bytes.fromhex(req["seccomp"]))
+    _seccomp(program)
     os.environ.clear()
     for kv in req["env"]:
         k, _, v = kv.partition("=")
@@ -261,12 +285,13 @@ def _clone():
 
 
 def _fork(req, fds):
+    program = _program(req["seccomp"])
     p2c_r, p2c_w = os.pipe()
     pid = _clone()
     if pid == 0:
         try:
             os.close(p2c_w)
-            _init(req, fds, p2c_r)
+            _init(req, fds, p2c_r, program)
         except BaseException as e:
             try:
                 os.write(fds[2], ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
@@ -275,10 +300,9 @@ def _fork(req, fds):
         os._exit(120)
     os.close(p2c_r)
     try:
-        line = "0 %d %d\n" % (req["ids_start"], req["ids_size"])
+        line = b"0 %d %d\n" % (req["ids_start"], req["ids_size"])
         for name in ("uid_map", "gid_map"):
-            with open("/proc/%d/%s" % (pid, name), "w") as f:
-                f.write(line)
+            _write("/proc/%d/%s" % (pid, name), line)
         os.write(p2c_w, b"m")
     finally:
         os.close(p2c_w)

@@ -101,6 +101,8 @@ type Runtime struct {
 	all       []*template              // not yet destroyed
 	starting  map[string]chan struct{} // rootfs → closed when its template start ended
 	beating   bool                     // beat runs
+	closing   bool                     // closeTemplates began: no more background starts
+	bgStarts  sync.WaitGroup           // background template starts
 	zstats    ZygoteStats
 }
 
@@ -919,7 +921,7 @@ func (s *Sandbox) freezeLocked() error {
 	var err error
 	for i := 0; i < freezeTries; i++ {
 		if s.child != nil {
-			if err = s.cgm.Freeze(occgroups.Frozen); err == nil {
+			if err = freezeChild(s.cgm); err == nil {
 				return nil
 			}
 			if !s.Alive() {

@@ -419,3 +419,52 @@ func TestZygoteRetireByAge(t *testing.T) {
 		t.Errorf("stats %+v, want 1 template and 1 fork", st)
 	}
 }
+
+// TestZygoteTemplates: starts that find the image's template busy forking
+// start a second one, and children then come from both; never a third.
+func TestZygoteTemplates(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
+		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Slots: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	var mu sync.Mutex
+	parents := map[int]bool{}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer sb.Destroy()
+				p := ppid(t, sb.Pid())
+				mu.Lock()
+				parents[p] = true
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		mu.Lock()
+		n := len(parents)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("children of %d template(s) after 60 s of starts at concurrency 4 (stats %+v), want 2", n, rt.ZygoteStats())
+		}
+	}
+	if st := rt.ZygoteStats(); st.Templates != 2 || st.Retired != 0 {
+		t.Errorf("stats %+v, want 2 templates, none retired", st)
+	}
+}
