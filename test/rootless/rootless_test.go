@@ -247,16 +247,7 @@ except MemoryError:
 	if !strings.Contains(out, "memory-error") {
 		t.Errorf("512 MiB in a 128 MiB sandbox: %q", out)
 	}
-	out = u.run(t, "run", `
-import os
-n = 0
-try:
-    for _ in range(200):
-        if os.fork() == 0:
-            import time; time.sleep(30); os._exit(0)
-        n += 1
-except OSError as e:
-    print("refused after", n, e.errno)`)
+	out = u.run(t, "run", fork200Py)
 	if !strings.Contains(out, "refused after") {
 		t.Errorf("200 forks with execution.max_pids 128: %q", out)
 	}
@@ -492,3 +483,16 @@ func TestRootlessRefusedWithoutUserNamespaces(t *testing.T) {
 		t.Errorf("a refused forge made its state dir: %v", err)
 	}
 }
+
+// fork200Py forks up to 200 sleeping children and prints how many it got
+// when a fork is refused (execution.max_pids below 200).
+const fork200Py = `
+import os
+n = 0
+try:
+    for _ in range(200):
+        if os.fork() == 0:
+            import time; time.sleep(30); os._exit(0)
+        n += 1
+except OSError as e:
+    print("refused after", n, e.errno)`

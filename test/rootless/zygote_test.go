@@ -178,16 +178,7 @@ except MemoryError:
 	if !strings.Contains(r.Stdout, "memory-error") {
 		t.Errorf("512 MiB in a 128 MiB zygote child: %+v", r)
 	}
-	r = u.zygoteRun(t, cfg, `
-import os
-n = 0
-try:
-    for _ in range(200):
-        if os.fork() == 0:
-            import time; time.sleep(30); os._exit(0)
-        n += 1
-except OSError as e:
-    print("refused after", n, e.errno)`)
+	r = u.zygoteRun(t, cfg, fork200Py)
 	if !strings.Contains(r.Stdout, "refused after") {
 		t.Errorf("200 forks in a zygote child with execution.max_pids 128: %+v", r)
 	}
