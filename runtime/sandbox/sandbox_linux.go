@@ -921,7 +921,7 @@ func (s *Sandbox) freezeLocked() error {
 	var err error
 	for i := 0; i < freezeTries; i++ {
 		if s.child != nil {
-			if err = freezeChild(s.cgm); err == nil {
+			if err = s.child.setFreezer(occgroups.Frozen); err == nil {
 				return nil
 			}
 			if !s.Alive() {
@@ -953,7 +953,7 @@ func (s *Sandbox) Resume() error {
 	}
 	var err error
 	if s.child != nil {
-		err = s.cgm.Freeze(occgroups.Thawed)
+		err = s.child.setFreezer(occgroups.Thawed)
 	} else {
 		err = s.c.Resume()
 	}

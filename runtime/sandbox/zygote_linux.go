@@ -205,6 +205,20 @@ type zchild struct {
 	s       *Sandbox
 	initPid int // P on the host, once known (the same as hostPid)
 	code    int // exit status, once exited
+	// fmu serialises the freezer: the cgroup manager keeps the state it
+	// sets, and a kill (by the sandbox's Destroy, or by its template's)
+	// thaws while a pause or resume may be setting it.
+	fmu sync.Mutex
+}
+
+// setFreezer freezes (freezeChild) or thaws the child's cgroup.
+func (k *zchild) setFreezer(st occgroups.FreezerState) error {
+	k.fmu.Lock()
+	defer k.fmu.Unlock()
+	if st == occgroups.Frozen {
+		return freezeChild(k.s.cgm)
+	}
+	return k.s.cgm.Freeze(st)
 }
 
 type zygoteMsg struct {
@@ -1073,7 +1087,7 @@ func (k *zchild) kill(sig unix.Signal) error {
 		return nil
 	}
 	// A frozen process dies only once thawed (the pool pauses children).
-	_ = k.s.cgm.Freeze(occgroups.Thawed)
+	_ = k.setFreezer(occgroups.Thawed)
 	if k.initPid > 0 {
 		// P is pid 1: the kernel kills its whole pid namespace, and nothing
 		// leaves a pid namespace. (Listing the cgroup after P's death only
