@@ -985,7 +985,7 @@ func (s *Sandbox) SetLimits(l cgroups.Limits) error {
 	if s.child != nil {
 		res := l.Resources()
 		res.SkipDevices = true
-		if err := s.cgm.Set(res); err != nil {
+		if err := s.child.setResources(res); err != nil {
 			return fmt.Errorf("setting limits of sandbox %s: %w", s.id, err)
 		}
 		s.limits = l

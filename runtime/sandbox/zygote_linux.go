@@ -205,20 +205,28 @@ type zchild struct {
 	s       *Sandbox
 	initPid int // P on the host, once known (the same as hostPid)
 	code    int // exit status, once exited
-	// fmu serialises the freezer: the cgroup manager keeps the state it
-	// sets, and a kill (by the sandbox's Destroy, or by its template's)
-	// thaws while a pause or resume may be setting it.
-	fmu sync.Mutex
+	// cgmu serialises what changes the child's cgroup manager, which keeps
+	// the resources it sets: a kill (by the sandbox's Destroy, or by its
+	// template's) thaws while a pause, a resume or SetLimits may be
+	// setting them.
+	cgmu sync.Mutex
 }
 
 // setFreezer freezes (freezeChild) or thaws the child's cgroup.
 func (k *zchild) setFreezer(st occgroups.FreezerState) error {
-	k.fmu.Lock()
-	defer k.fmu.Unlock()
+	k.cgmu.Lock()
+	defer k.cgmu.Unlock()
 	if st == occgroups.Frozen {
 		return freezeChild(k.s.cgm)
 	}
 	return k.s.cgm.Freeze(st)
+}
+
+// setResources sets the child's cgroup limits.
+func (k *zchild) setResources(res *occgroups.Resources) error {
+	k.cgmu.Lock()
+	defer k.cgmu.Unlock()
+	return k.s.cgm.Set(res)
 }
 
 type zygoteMsg struct {
