@@ -36,6 +36,8 @@ import (
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/server/auth"
+	"github.com/mcp-forge/forge/server/hello"
+	"github.com/mcp-forge/forge/server/hello/wire"
 	"github.com/mcp-forge/forge/server/tenant"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -149,13 +151,11 @@ func New(eng Engine, opts Options) *Server {
 	}
 	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{}), answered: make(chan struct{}), tenants: opts.Tenants}
 	s.kill, s.cancelKill = context.WithCancel(context.Background())
-	name := s.cfg.Server.Name
-	if name == "" {
-		name = "forge"
-	}
-	s.mcp = mcpserver.NewMCPServer(name, opts.Version,
-		mcpserver.WithTitle("forge: sandboxed Python"),
-		mcpserver.WithInstructions(instructions(s.cfg)),
+	// What initialize says is hello's, which `forge serve` may have sent
+	// already (see ServeStdio): wire.Capabilities is what these enable.
+	s.mcp = mcpserver.NewMCPServer(hello.Name(s.cfg), opts.Version,
+		mcpserver.WithTitle(wire.Title),
+		mcpserver.WithInstructions(hello.Instructions(s.cfg)),
 		mcpserver.WithToolCapabilities(true), // hosted tools change at reloads
 		mcpserver.WithResourceCapabilities(false, false),
 		mcpserver.WithLogging(),

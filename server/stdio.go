@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,10 @@ const maxStdioMessage = 64 << 20
 // invalid-params errors (see HandleMessage), and so that stdin EOF drains
 // instead of cancelling running code. Every call acts for Options.Principal,
 // by default the local principal.
+//
+// When in is a Prelude whose first request was answered already, that
+// request is handled first as any other, but its reply is not written again
+// (see replayAnswered).
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
 	sess := newStdioSession()
 	if err := s.mcp.RegisterSession(ctx, sess); err != nil {
@@ -56,16 +61,35 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	readErr := make(chan error, 1)
 	stopReading := make(chan struct{})
 	defer close(stopReading)
-	go readLines(in, lines, readErr, stopReading)
+	answered := make(chan [2][]byte, 1)
+	go func() {
+		if p, ok := in.(Prelude); ok {
+			// Blocks, as a read does, until the prelude knows.
+			if req, reply := p.Answered(); req != nil {
+				answered <- [2][]byte{req, reply}
+			}
+		}
+		close(answered)
+		readLines(in, lines, readErr, stopReading)
+	}()
 
 	var wg sync.WaitGroup
 	var err error
+	// Nothing read after the answered request is taken before it.
+	var linesIn <-chan []byte
+	var readErrIn <-chan error
 loop:
 	for {
 		select {
-		case line := <-lines:
+		case a, ok := <-answered:
+			if ok {
+				s.replayAnswered(reqCtx, a[0], a[1])
+				continue
+			}
+			answered, linesIn, readErrIn = nil, lines, readErr
+		case line := <-linesIn:
 			s.dispatch(reqCtx, line, w, &wg)
-		case err = <-readErr:
+		case err = <-readErrIn:
 			break loop
 		case <-ctx.Done():
 			break loop
@@ -81,6 +105,38 @@ loop:
 	wg.Wait()
 	<-notesDone
 	return err
+}
+
+// A Prelude is stdin of a server whose first request may have been answered
+// before ServeStdio began: `forge serve` answers initialize from its first
+// package initializers (cmd/forge/internal/early, with server/hello's
+// bytes). Reading it yields what followed that request.
+type Prelude interface {
+	io.Reader
+	// Answered waits until it is known whether a first request was
+	// answered, and returns the request's line and the reply written (with
+	// its newline); nil, nil when none was.
+	Answered() (request, reply []byte)
+}
+
+// replayAnswered handles the request that a Prelude answered, so that the
+// session knows its client as after any initialize, and checks that the
+// reply sent was the server's: a difference is a bug in server/hello,
+// logged, since the client has it already.
+func (s *Server) replayAnswered(ctx context.Context, line, sent []byte) {
+	msg, reply := checkMessage(line)
+	var resp mcp.JSONRPCMessage = reply
+	if reply == nil {
+		resp = s.handle(ctx, msg, line)
+	}
+	b, _ := json.Marshal(resp)
+	if b = append(b, '\n'); !bytes.Equal(b, sent) {
+		s.log.Error("the reply forge sent to the first request while it started differs from the server's: a bug in server/hello",
+			"request", string(line), "sent", string(sent), "server", string(b))
+	} else {
+		s.log.Debug("the first request was answered while forge started", "method", msg.method)
+	}
+	s.markAnswered()
 }
 
 // dispatch answers one line: what is not a valid request at once (see

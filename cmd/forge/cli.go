@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/mcp-forge/forge/cmd/forge/internal/early"
 	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/profiles"
 )
@@ -90,10 +91,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{stdin: stdin, stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("forge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&g.stateDir, "state-dir", os.Getenv("FORGE_STATE_DIR"), "")
-	fs.StringVar(&g.config, "config", os.Getenv("FORGE_CONFIG"), "")
-	fs.StringVar(&g.logLevel, "log-level", os.Getenv("FORGE_LOG_LEVEL"), "")
-	if err := fs.Parse(args); err != nil {
+	flags := early.GlobalFlags(fs, os.Getenv)
+	err := fs.Parse(args)
+	g.stateDir, g.config, g.logLevel = flags.StateDir, flags.Config, flags.LogLevel
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, topUsage)
 			return exitOK
@@ -189,8 +190,8 @@ func cmdVersion(_ context.Context, g *globals, _ []string) error {
 	return nil
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+// version is forge's version, set at build time (see early.Version).
+var version = early.Version
 
 // parseInterspersed parses flags that may come before or after positional
 // arguments ("forge run CODE --json"); "--" ends flag parsing.

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 
+	// Answers a stdio client's initialize while the rest initializes.
+	_ "github.com/mcp-forge/forge/cmd/forge/internal/early/configured"
+
 	"github.com/mcp-forge/forge/internal/hooks"
 	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/internal/startgc"

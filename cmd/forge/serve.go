@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/mcp-forge/forge/cmd/forge/internal/early"
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/internal/startgc"
 	"github.com/mcp-forge/forge/runtime/engine"
@@ -48,10 +49,8 @@ executions get server.shutdown_grace, then every sandbox is destroyed.
 func cmdServe(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	configFile := fs.String("config", "", "")
-	httpAddr := fs.String("http", "", "")
-	allowRemote := fs.Bool("allow-remote", false, "")
-	toolsPath := fs.String("tools", "", "")
+	flags := early.ServeFlags(fs)
+	configFile, httpAddr, allowRemote, toolsPath := &flags.Config, &flags.HTTP, &flags.AllowRemote, &flags.Tools
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(g.stdout, serveUsage)
@@ -216,7 +215,11 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 		err = srv.ServeHTTP(ctx, ln)
 	} else {
 		g.log.Info("serving MCP over stdio")
-		err = srv.ServeStdio(ctx, g.stdin, g.stdout)
+		in := g.stdin
+		if p, ok := early.Stdin(); ok {
+			in = p // it may have answered initialize already
+		}
+		err = srv.ServeStdio(ctx, in, g.stdout)
 	}
 	// The server has answered every request: executions finished within
 	// the grace period or were killed. Close destroys whatever is left.

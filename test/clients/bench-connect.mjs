@@ -1,7 +1,10 @@
 // Spawn → initialized with the official TypeScript SDK client: forge serve
 // beside an mcp-go sample server (testdata/mcpserver), interleaved in one
 // run so that both see the same machine. Prints one JSON object with the
-// medians and their ratio (issue 16's target: forge ≤ 1.0 × the sample).
+// medians and their ratio (issue 16's target: forge ≤ 1.0 × the sample),
+// and the same for spawn → the first tools/list answered (the "_list"
+// fields): forge answers initialize from its first initializers
+// (cmd/forge/internal/early), tools/list from its server once main runs.
 //
 // Usage: node bench-connect.mjs FORGE_BINARY MCPSERVER_BINARY [SPAWNS [BASELINE_FORGE]]
 // With BASELINE_FORGE (another build of forge), it is interleaved too, and
@@ -26,6 +29,8 @@ async function connectOnce(command, args) {
   const client = new Client({ name: "forge-bench-connect", version: "1" });
   await client.connect(transport); // initialize + notifications/initialized
   const ms = performance.now() - t0;
+  await client.listTools();
+  const listMs = performance.now() - t0;
   const pid = transport.pid;
   await client.close();
   // Wait until the server has exited (untimed): a forge still shutting down
@@ -35,7 +40,7 @@ async function connectOnce(command, args) {
     try {
       process.kill(pid, 0);
     } catch {
-      return ms;
+      return [ms, listMs];
     }
     await new Promise((r) => setTimeout(r, 10));
   }
@@ -50,10 +55,13 @@ const median = (xs) => {
 const servers = { forge: [forge, ["serve"]], mcp_go_sample: [sample, []] };
 if (baseline) servers.baseline = [baseline, ["serve"]];
 const times = Object.fromEntries(Object.keys(servers).map((k) => [k, []]));
+const lists = Object.fromEntries(Object.keys(servers).map((k) => [k, []]));
 for (const s of Object.values(servers)) await connectOnce(...s); // warm the page cache
 for (let i = 0; i < spawns; i++) {
   for (const [name, [cmd, args]] of i % 2 ? Object.entries(servers).reverse() : Object.entries(servers)) {
-    times[name].push(await connectOnce(cmd, args));
+    const [ms, listMs] = await connectOnce(cmd, args);
+    times[name].push(ms);
+    lists[name].push(listMs);
   }
 }
 const out = {
@@ -62,9 +70,14 @@ const out = {
   mcp_go_sample_median_ms: +median(times.mcp_go_sample).toFixed(2),
 };
 out.ratio = +(out.forge_median_ms / out.mcp_go_sample_median_ms).toFixed(3);
+out.forge_list_median_ms = +median(lists.forge).toFixed(2);
+out.mcp_go_sample_list_median_ms = +median(lists.mcp_go_sample).toFixed(2);
+out.list_ratio = +(out.forge_list_median_ms / out.mcp_go_sample_list_median_ms).toFixed(3);
 if (baseline) {
   out.baseline_median_ms = +median(times.baseline).toFixed(2);
   out.baseline_ratio = +(out.baseline_median_ms / out.mcp_go_sample_median_ms).toFixed(3);
+  out.baseline_list_median_ms = +median(lists.baseline).toFixed(2);
+  out.baseline_list_ratio = +(out.baseline_list_median_ms / out.mcp_go_sample_list_median_ms).toFixed(3);
 }
 console.log(JSON.stringify(out));
 if (process.env.FORGE_BENCH_STRICT === "1" && out.ratio > 1.0) process.exit(1);

@@ -1,4 +1,4 @@
-package server
+package hello
 
 import (
 	"fmt"
@@ -9,9 +9,9 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 )
 
-// instructions is the server's initialize.instructions: how an agent gets
+// Instructions is the server's initialize.instructions: how an agent gets
 // the most out of forge, with the limits of this configuration.
-func instructions(cfg *profiles.Config) string {
+func Instructions(cfg *profiles.Config) string {
 	x := cfg.Execution
 	var b strings.Builder
 	b.WriteString(`forge runs Python 3 in isolated sandboxes. Use execute_python whenever computing is more reliable than reasoning: arithmetic, data analysis, parsing, simulations, checking code.

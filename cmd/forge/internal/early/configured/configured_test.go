@@ -1,0 +1,43 @@
+package configured
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mcp-forge/forge/cmd/forge/internal/early"
+)
+
+// Load answers for what cmd/forge would serve on stdio, and nothing for
+// what it would stop on or serve over HTTP.
+func TestLoad(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	dir := t.TempDir()
+	file := func(body string) string {
+		p := filepath.Join(dir, strings.ReplaceAll(body, "\n", "_")+".yaml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		s    early.Serving
+		ok   bool
+		want string
+	}{
+		{early.Serving{Config: file("execution:\n  default_timeout: 7s\n")}, true, "timeout: 7s by default"},
+		{early.Serving{Config: file("server:\n  log_level: info\n")}, true, "timeout: 30s by default"},
+		{early.Serving{LogLevel: "info+2"}, true, "timeout: 30s by default"},
+		{early.Serving{LogLevel: "loud"}, false, ""},
+		{early.Serving{Config: file("server:\n  log_level: loud\n")}, false, ""},
+		{early.Serving{Config: file("server:\n  transport: http\n")}, false, ""},
+		{early.Serving{Config: file("execution:\n  default_timeout: soon\n")}, false, ""},
+		{early.Serving{Config: filepath.Join(dir, "missing.yaml")}, false, ""},
+	} {
+		_, instructions, ok := Load(c.s)
+		if ok != c.ok || !strings.Contains(instructions, c.want) {
+			t.Errorf("Load(%+v) = %v, instructions containing %q: %v", c.s, ok, c.want, ok && strings.Contains(instructions, c.want))
+		}
+	}
+}
