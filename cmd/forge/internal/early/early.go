@@ -109,8 +109,9 @@ func StdioServe(args []string, getenv func(string) string) (Serving, bool) {
 
 // builtIn reports whether a serving forge runs on the built-in
 // configuration, loaded without error: no file, no FORGE_* variable that
-// is a setting, a plain log level, and a state directory that can be
-// derived (see profiles.LoadFor).
+// is a setting other than an absolute FORGE_STATE_DIR (which the initialize
+// result does not show), a plain log level, and a state directory that is
+// given or can be derived (see profiles.LoadFor).
 func builtIn(s Serving, environ []string, euid int) bool {
 	if s.Config != "" {
 		return false
@@ -120,7 +121,7 @@ func builtIn(s Serving, environ []string, euid int) bool {
 	default:
 		return false // slog takes more (info+2); configured checks
 	}
-	rooted, home := euid == 0, false
+	rooted, home, stateDir := euid == 0, false, false
 	for _, kv := range environ {
 		name, val, _ := strings.Cut(kv, "=")
 		switch {
@@ -128,12 +129,17 @@ func builtIn(s Serving, environ []string, euid int) bool {
 			rooted = false // root of a user namespace: the state directory is the user's
 		case name == "HOME" || name == "XDG_STATE_HOME":
 			home = home || val != ""
-		case name == "FORGE_LOG_LEVEL" || name == "FORGE_CONFIG" && val == "" || strings.HasPrefix(name, "FORGE_TEST_"):
+		case name == "FORGE_STATE_DIR" && val != "":
+			if !strings.HasPrefix(val, "/") {
+				return false // not absolute: LoadFor refuses it
+			}
+			stateDir = true
+		case name == "FORGE_LOG_LEVEL" || name == "FORGE_STATE_DIR" || name == "FORGE_CONFIG" && val == "" || strings.HasPrefix(name, "FORGE_TEST_"):
 		case strings.HasPrefix(name, "FORGE_"):
 			return false
 		}
 	}
-	return rooted || home
+	return stateDir || rooted || home
 }
 
 // Configure is how package configured, once initialized, gives this one

@@ -41,3 +41,21 @@ func TestLoad(t *testing.T) {
 		}
 	}
 }
+
+// Every environment early takes for the built-in configuration loads it:
+// the same instructions as none.
+func TestBuiltInEnvironments(t *testing.T) {
+	t.Setenv("HOME", t.TempDir())
+	_, want, ok := Load(early.Serving{})
+	if !ok {
+		t.Fatal("the built-in configuration does not load")
+	}
+	for _, kv := range [][2]string{{"FORGE_STATE_DIR", "/var/lib/forge-x"}, {"FORGE_TEST_ANYTHING", "1"}, {"FORGE_LOG_LEVEL", "debug"}, {"FORGE_CONFIG", ""}} {
+		t.Run(kv[0], func(t *testing.T) {
+			t.Setenv(kv[0], kv[1])
+			if _, got, ok := Load(early.Serving{}); !ok || got != want {
+				t.Fatalf("with %s=%q: ok %v, instructions equal %v", kv[0], kv[1], ok, got == want)
+			}
+		})
+	}
+}
