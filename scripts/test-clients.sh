@@ -89,6 +89,7 @@ work=$(mktemp -d)
 http_pid=
 cleanup() {
 	if [[ -n $http_pid ]]; then kill -TERM "$http_pid" 2>/dev/null && wait "$http_pid" 2>/dev/null || true; fi
+	if [[ -n ${gateway_pid:-} ]]; then kill -TERM "$gateway_pid" 2>/dev/null && wait "$gateway_pid" 2>/dev/null || true; fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -116,7 +117,8 @@ for scenario in server-initialize ping tools-list resources-list logging-set-lev
 done
 # The 2026-07-28 revision (stateless, server/discover) with the newest
 # conformance that has its scenarios (conformance-next, 0.2.0-alpha). The
-# suite speaks HTTP only; stdio's 2026-07-28 is covered by sdk-streaming.mjs.
+# suite speaks HTTP only; over stdio it runs through a gateway (below), and
+# sdk-streaming.mjs covers stdio's 2026-07-28 with the TypeScript SDK too.
 # A few checks need the suite's fixture tools (test_missing_capability and
 # tools that log or ask the client), or prompts, which forge does not have:
 # they are the only failures allowed, each named.
@@ -139,6 +141,45 @@ run "conformance 2026-07-28 caching" conformance_next caching "sep-2549-prompts-
 for scenario in tools-list resources-list sep-2164-resource-not-found dns-rebinding-protection server-sse-multiple-streams; do
 	run "conformance 2026-07-28 $scenario" conformance_next "$scenario" ""
 done
+# The same scenarios over stdio. The suite speaks HTTP only, so it reaches
+# `forge serve` on stdio through supergateway (test/clients/package.json),
+# which spawns forge and relays each JSON-RPC message as it is: the
+# results are forge's, the HTTP details (status codes, headers, streams)
+# the gateway's, so dns-rebinding-protection and server-sse-multiple-streams,
+# which test only those, run over HTTP above.
+gateway_pid=
+gateway() { # gateway MODE: supergateway on a free port in front of forge serve (stdio)
+	local port
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	"$node22" "$clients/node_modules/supergateway/dist/index.js" --stdio "$forge serve" --outputTransport streamableHttp \
+		$1 --port "$port" --healthEndpoint /healthz --logLevel info >"$work/gateway.log" 2>&1 &
+	gateway_pid=$!
+	for _ in $(seq 100); do
+		python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "http://127.0.0.1:$port/healthz" 2>/dev/null && break
+		kill -0 "$gateway_pid" 2>/dev/null || { cat "$work/gateway.log" >&2; die "supergateway exited"; }
+		sleep 0.1
+	done
+	url=http://127.0.0.1:$port/mcp
+}
+stop_gateway() {
+	kill -TERM "$gateway_pid" 2>/dev/null || true
+	wait "$gateway_pid" 2>/dev/null || true
+	gateway_pid=
+}
+http_url=$url
+gateway --stateful
+for scenario in server-initialize ping tools-list resources-list logging-set-level; do
+	run "conformance over stdio $scenario" conformance "$scenario"
+done
+stop_gateway
+gateway ""
+run "conformance 2026-07-28 over stdio server-stateless" conformance_next server-stateless "$fixture_checks"
+run "conformance 2026-07-28 over stdio caching" conformance_next caching "sep-2549-prompts-list-caching-hints"
+for scenario in tools-list resources-list sep-2164-resource-not-found; do
+	run "conformance 2026-07-28 over stdio $scenario" conformance_next "$scenario" ""
+done
+stop_gateway
+url=$http_url
 kill -TERM "$http_pid"
 if ! wait "$http_pid"; then
 	cat "$work/serve.log" >&2
