@@ -134,12 +134,29 @@ func builtIn(s Serving, environ []string, euid int) bool {
 				return false // not absolute: LoadFor refuses it
 			}
 			stateDir = true
-		case name == "FORGE_LOG_LEVEL" || name == "FORGE_STATE_DIR" || name == "FORGE_CONFIG" && val == "" || strings.HasPrefix(name, "FORGE_TEST_"):
-		case strings.HasPrefix(name, "FORGE_"):
+		case name == "FORGE_LOG_LEVEL" || name == "FORGE_STATE_DIR" || name == "FORGE_CONFIG" && val == "":
+		case strings.HasPrefix(name, "FORGE_") && isSetting(name):
 			return false
 		}
 	}
 	return stateDir || rooted || home
+}
+
+// isSetting reports whether ApplyEnv takes a FORGE_* variable as a setting
+// (or refuses it as an unknown one of a section); every other FORGE_*
+// variable (FORGE_BIN, FORGE_TEST_*) it ignores.
+func isSetting(name string) bool {
+	for _, p := range sectionPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	for _, n := range settingNames {
+		if name == n {
+			return true
+		}
+	}
+	return false
 }
 
 // Configure is how package configured, once initialized, gives this one

@@ -50,7 +50,7 @@ func TestBuiltInEnvironments(t *testing.T) {
 	if !ok {
 		t.Fatal("the built-in configuration does not load")
 	}
-	for _, kv := range [][2]string{{"FORGE_STATE_DIR", "/var/lib/forge-x"}, {"FORGE_TEST_ANYTHING", "1"}, {"FORGE_LOG_LEVEL", "debug"}, {"FORGE_CONFIG", ""}} {
+	for _, kv := range [][2]string{{"FORGE_STATE_DIR", "/var/lib/forge-x"}, {"FORGE_TEST_ANYTHING", "1"}, {"FORGE_BIN", "/usr/bin/forge"}, {"FORGE_LOG_LEVEL", "debug"}, {"FORGE_CONFIG", ""}} {
 		t.Run(kv[0], func(t *testing.T) {
 			t.Setenv(kv[0], kv[1])
 			if _, got, ok := Load(early.Serving{}); !ok || got != want {
