@@ -72,6 +72,13 @@ done
 [[ -d $layout ]] || { log "$layout missing: run make image"; exit 2; }
 [[ $(id -u) -eq 0 ]] || { log "needs root (the guest rootfs keeps its files' owners)"; exit 2; }
 mkdir -p "$dir"
+# One guest at a time per cache: a second run would remake the disk and
+# the console log under the first one's qemu.
+exec 9>"$dir/lock"
+if ! flock -n 9; then
+	log "another v2 guest runs on $dir; waiting for it"
+	flock 9
+fi
 
 # Kernel: the version linux-image-amd64 depends on now, cached by name.
 pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-/{print $2; exit}')
