@@ -50,7 +50,6 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	flags := early.ServeFlags(fs)
-	configFile, httpAddr, allowRemote, toolsPath := &flags.Config, &flags.HTTP, &flags.AllowRemote, &flags.Tools
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(g.stdout, serveUsage)
@@ -61,8 +60,8 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("serve: unexpected argument %q\n\n%s", fs.Arg(0), serveUsage)
 	}
-	if *configFile != "" {
-		g.config = *configFile
+	if flags.Config != "" {
+		g.config = flags.Config
 	}
 	cfg, err := g.loadConfig()
 	if err != nil {
@@ -73,10 +72,10 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 			return usageError{fmt.Errorf("server.log_level: %w", err)}
 		}
 	}
-	if *toolsPath != "" {
-		cfg.HostedTools.Path = *toolsPath
+	if flags.Tools != "" {
+		cfg.HostedTools.Path = flags.Tools
 	}
-	addr := *httpAddr
+	addr := flags.HTTP
 	if addr == "" && cfg.Server.Transport == "http" {
 		addr = cfg.Server.HTTPAddr
 	}
@@ -87,7 +86,7 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 			return err
 		}
 		// Check and bind before the engine starts, so a bad address fails fast.
-		if addr, err = server.ListenAddr(addr, *allowRemote, authn.Enabled()); err != nil {
+		if addr, err = server.ListenAddr(addr, flags.AllowRemote, authn.Enabled()); err != nil {
 			return usageError{fmt.Errorf("serve: %w", err)}
 		}
 		if ln, err = net.Listen("tcp", addr); err != nil {

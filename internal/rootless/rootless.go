@@ -61,17 +61,13 @@ func UID() int {
 	return os.Geteuid()
 }
 
-// WillEnter reports whether Enter would re-execute this process: an
-// ordinary user's forge that is not the re-executed one yet.
-func WillEnter() bool { return os.Geteuid() != 0 && os.Getenv(envDone) == "" }
-
 // Enter re-executes forge as root of a new user namespace when it runs as an
 // ordinary user, and never returns then (the process exits with the child's
 // status). It returns at once for root and for a process that already is
 // the re-executed one. A host on which the namespace cannot be made gets a
 // clear error instead of a half-started forge.
 func Enter() error {
-	if !WillEnter() {
+	if os.Geteuid() == 0 || os.Getenv(envDone) != "" {
 		return nil
 	}
 	if err := CheckUserNamespaces("/proc"); err != nil {

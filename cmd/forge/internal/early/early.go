@@ -75,7 +75,8 @@ func ServeFlags(fs *flag.FlagSet) *Serve {
 var Version = "0.1.0-dev"
 
 // usernsEnv marks a forge that rootless.Enter re-executed
-// (unshare.UsernsEnvName; a test holds them equal).
+// (unshare.UsernsEnvName, which early does not import; a test holds them
+// equal), as rootless.Enter checks it.
 const usernsEnv = "_CONTAINERS_USERNS_CONFIGURED"
 
 // Serving is a command line that is `forge serve` on stdio as far as its
