@@ -156,17 +156,23 @@ def _tmpfs(path, size, uid):
           "mode=0755,size=%d,nr_inodes=65536,uid=%d,gid=%d" % (size, uid, uid))
 
 
-_programs = {}  # a profile's BPF (hex from the host) → (buffer, sock_fprog), made once
+# The profiles' BPF programs by the host's id for each → (buffer, sock_fprog). The host sends a
+# program's bytes with the first request that uses it and its id alone after that; "reset" (the
+# host's table of what it sent is full) empties this one first.
+_programs = {}
 
 
-def _program(hexprog):
-    p = _programs.get(hexprog)
-    if p is None:
-        if len(_programs) >= 16:
-            _programs.clear()
+def _program(req):
+    if req.get("seccomp_reset"):
+        _programs.clear()
+    hexprog = req.get("seccomp")
+    if hexprog is not None:
         prog = bytes.fromhex(hexprog)
         buf = ctypes.create_string_buffer(prog, len(prog))
-        p = _programs[hexprog] = (buf, _Fprog(len(prog) // 8, ctypes.addressof(buf)))
+        _programs[req["seccomp_id"]] = (buf, _Fprog(len(prog) // 8, ctypes.addressof(buf)))
+    p = _programs.get(req["seccomp_id"])
+    if p is None:
+        raise OSError("fork request with seccomp program %r, never sent" % req["seccomp_id"])
     return p
 
 
@@ -200,8 +206,6 @@ def _place_fds(req_fd, rep_fd, err_fd):
 
 def _init(req, fds, p2c_r, program):
     """P: pid 1 of the new pid namespace, root of the new user namespace until it drops."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.close(CTL_FD)
     if os.read(p2c_r, 1) != b"m":  # the template wrote P's uid_map and gid_map
         os._exit(121)
@@ -240,12 +244,20 @@ def _init(req, fds, p2c_r, program):
     os.setresuid(uid, uid, uid)  # from root to the user: every capability is gone
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     _seccomp(program)
-    os.environ.clear()
-    for kv in req["env"]:
-        k, _, v = kv.partition("=")
-        os.environ[k] = v
     os.chdir("/workspace")
     _place_fds(*fds[:3])
+    _agent(req)
+
+
+def _agent(req):
+    """P, a sandbox now: its environment, then the split into the reaper and the agent Q."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if req["env"] != _ENV:  # the template's own (its container's) is the usual one
+        os.environ.clear()
+        for kv in req["env"]:
+            k, _, v = kv.partition("=")
+            os.environ[k] = v
     agent._reap_as_init()  # P becomes the reaper; this returns in Q, the agent
     _reseed()
     agent.main()
@@ -284,17 +296,110 @@ def _clone():
         delay = min(delay * 2, 0.05)
 
 
-def _fork(req, fds):
-    program = _program(req["seccomp"])
+# The C helper (runtime/kernel/reaperbin/zfork.c, zfork.so beside this file when forge was
+# built with it): the clone and every step of _init up to the seccomp load in C, without the
+# interpreter. --python-fork (ZygoteOptions.PythonFork, to measure both) keeps the Python steps.
+HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zfork.so")
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper")
+_helper = None
+
+
+def _load_helper():
+    global _helper
+    if SYS_CLONE is None or not os.path.exists(HELPER) or not os.path.exists(REAPER):
+        return
+    h = ctypes.PyDLL(HELPER)  # the GIL stays held: the template is one thread, and so is P
+    h.zfork.restype = ctypes.c_long
+    h.zfork.argtypes = [ctypes.c_void_p]
+    _helper = h
+
+
+_L, _P = ctypes.c_long, ctypes.c_void_p
+
+
+class ZReq(ctypes.Structure):
+    """struct zreq of zfork.c: keep the two in step."""
+    _fields_ = [("nsflags", _L), ("ctl_fd", _L), ("map_fd", _L), ("map_w_fd", _L),
+                ("req_fd", _L), ("rep_fd", _L), ("err_fd", _L), ("go_fd", _L), ("bridge_fd", _L),
+                ("uid", _L), ("cap_last", _L), ("nrlimits", _L), ("rlimits", _P),
+                ("tmp_opts", ctypes.c_char_p), ("workspace_opts", ctypes.c_char_p), ("hostname", ctypes.c_char_p),
+                ("masked_dirs", _P), ("masked_files", _P), ("readonly", _P),
+                ("ulimit_paths", _P), ("ulimit_values", _P), ("fprog", _P),
+                ("req_target", _L), ("rep_target", _L)]
+
+
+def _strv(items):
+    """A NULL-terminated char *[] (kept alive by the caller)."""
+    arr = (ctypes.c_char_p * (len(items) + 1))(*[i.encode() for i in items], None)
+    return arr
+
+
+_RLIMIT = {"RLIMIT_NOFILE": resource.RLIMIT_NOFILE, "RLIMIT_CORE": resource.RLIMIT_CORE,
+           "RLIMIT_FSIZE": resource.RLIMIT_FSIZE, "RLIMIT_DATA": resource.RLIMIT_DATA,
+           "RLIMIT_NPROC": resource.RLIMIT_NPROC}
+_fixed = None  # the parts of a ZReq every fork shares, made once
+_cached = {}  # user limits and rlimits (the same in most requests) → their C arrays
+
+
+def _cache(key, make):
+    v = _cached.get(key)
+    if v is None:
+        if len(_cached) >= 64:
+            _cached.clear()
+        v = _cached[key] = make()
+    return v
+
+
+def _clone_c(req, fds, p2c_r, p2c_w, program):
+    global _fixed
+    if _fixed is None:
+        _fixed = (_strv(MASKED_DIRS), _strv(MASKED_FILES), _strv(READONLY_FOUND))
+    ul = tuple(sorted(req.get("user_limits", {}).items()))
+    ulimits = _cache(("u",) + ul, lambda: (_strv(["/proc/sys/user/" + k for k, _ in ul]),
+                                           _strv(["%d" % v for _, v in ul])))
+    rl = tuple(sorted((k, tuple(v)) for k, v in req.get("rlimits", {}).items()))
+    rlimits = _cache(("r",) + rl, lambda: (ctypes.c_long * (3 * len(rl) + 1))(
+        *[x for k, (soft, hard) in rl for x in (_RLIMIT[k], soft, hard)]))
+    uid = req["uid"]
+    opts = "mode=0755,size=%d,nr_inodes=65536,uid=%d,gid=%d"
+    q = ZReq(nsflags=NS_FLAGS, ctl_fd=CTL_FD, map_fd=p2c_r, map_w_fd=p2c_w,
+             req_fd=fds[0], rep_fd=fds[1], err_fd=fds[2], go_fd=fds[3], bridge_fd=fds[4] if len(fds) > 4 else -1,
+             uid=uid, cap_last=CAP_LAST, nrlimits=len(rl), rlimits=ctypes.addressof(rlimits),
+             tmp_opts=(opts % (req["tmp_size"], uid, uid)).encode(),
+             workspace_opts=(opts % (req["workspace_size"], uid, uid)).encode(),
+             hostname=req["hostname"].encode(),
+             masked_dirs=ctypes.addressof(_fixed[0]), masked_files=ctypes.addressof(_fixed[1]),
+             readonly=ctypes.addressof(_fixed[2]),
+             ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
+             fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD)
+    delay, waited = 0.002, 0.0
+    while True:  # ENOSPC: as in _clone
+        pid = _helper.zfork(ctypes.addressof(q))
+        if pid >= 0:
+            return pid
+        if -pid != errno.ENOSPC or waited >= 2.0:
+            raise OSError(-pid, "clone: " + os.strerror(-pid))
+        time.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 0.05)
+
+
+def _fork(req, fds, program):
     p2c_r, p2c_w = os.pipe()
-    pid = _clone()
+    if _helper is not None:
+        pid = _clone_c(req, fds, p2c_r, p2c_w, program)
+    else:
+        pid = _clone()
     if pid == 0:
         try:
+            if _helper is not None:
+                _agent(req)  # P, a sandbox made by the C helper
             os.close(p2c_w)
             _init(req, fds, p2c_r, program)
         except BaseException as e:
             try:
-                os.write(fds[2], ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
+                os.write(2 if _helper is not None else fds[2],
+                         ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
             finally:
                 os._exit(120)
         os._exit(120)
@@ -307,6 +412,9 @@ def _fork(req, fds):
     finally:
         os.close(p2c_w)
     return pid
+
+
+_ENV = ["%s=%s" % kv for kv in os.environ.items()]
 
 
 def _threads():
@@ -340,13 +448,18 @@ def serve():
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    warmed = agent._warm(sys.argv[1:])
+    args = sys.argv[1:]
+    if args[:1] == ["--python-fork"]:
+        args = args[1:]
+    else:
+        _load_helper()
+    warmed = agent._warm(args)
     _single_thread()
     agent._known_modules = agent._modules()  # the same for every child: found once, here
     gc.collect()
     gc.freeze()  # children share the heap; the collector must not write to it
     _send(ctl, {"op": "ready", "pid": os.getpid(), "warm": warmed,
-                "python": "%d.%d.%d" % sys.version_info[:3]})
+                "python": "%d.%d.%d" % sys.version_info[:3], "helper": _helper is not None})
     fdsize = socket.CMSG_SPACE(8 * struct.calcsize("i"))
     while True:
         ready, _, _ = select.select([ctl, wake_r], [], [])
@@ -373,10 +486,11 @@ def serve():
                     fds.extend(struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4]))
             try:
                 req = json.loads(msg)
+                program = _program(req)  # first: the host counts it sent
                 want = 5 if req.get("bridge") else 4
                 if len(fds) != want:
                     raise OSError("fork request with %d descriptors, want %d" % (len(fds), want))
-                _send(ctl, {"op": "forked", "id": req["id"], "pid": _fork(req, fds)})
+                _send(ctl, {"op": "forked", "id": req["id"], "pid": _fork(req, fds, program)})
             except Exception as e:
                 _send(ctl, {"op": "forked", "id": req.get("id") if isinstance(req, dict) else None,
                             "error": "%s: %s" % (type(e).__name__, e)})

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -68,6 +69,10 @@ type ZygoteOptions struct {
 	Templates int
 	// Warm are the modules the template imports before it forks.
 	Warm []string
+	// PythonFork makes each child with the template's Python steps rather
+	// than its C helper (kernel.ZFork), which templates use when forge was
+	// built with it: to measure both, and to test the Python path.
+	PythonFork bool
 }
 
 // Zygote defaults.
@@ -156,6 +161,9 @@ type ZygoteStats struct {
 	Retired   int `json:"retired"`   // destroyed after their forks or age
 	Forks     int `json:"forks"`     // children forked
 	Fallbacks int `json:"fallbacks"` // sandboxes started as containers instead (extra binds: hosted tools, builds)
+	// HelperTemplates are the templates that make their children with
+	// the C helper (the others take the Python steps).
+	HelperTemplates int `json:"helper_templates"`
 }
 
 // ZygoteStats reports zygote mode's counters.
@@ -182,8 +190,10 @@ type template struct {
 	devices []*config.Rule // the container's device rules, for each child's own devices cgroup
 	procs   *os.File       // the template's own cgroup.procs (see beat), nil if not opened
 	pid     string         // of the template's init, on the host
+	helper  bool           // makes its children with the C helper
 
 	forkMu  sync.Mutex      // one fork request at a time
+	sent    map[string]bool // seccomp programs the template has, by id (under forkMu)
 	replies chan zygoteMsg  // "forked" replies, in order
 	mu      sync.Mutex      // guards the fields below
 	free    []int           // free slots (1..Slots)
@@ -237,6 +247,7 @@ type zygoteMsg struct {
 	Error  string   `json:"error"`
 	Warm   []string `json:"warm"`
 	Python string   `json:"python"`
+	Helper bool     `json:"helper"`
 }
 
 // maxZygoteMsg bounds one control message from a template.
@@ -347,6 +358,9 @@ func (r *Runtime) launchTemplate(ctx context.Context, cfg Config, done chan stru
 		r.templates = append(r.templates, t)
 		r.all = append(r.all, t)
 		r.zstats.Templates++
+		if t.helper {
+			r.zstats.HelperTemplates++
+		}
 	}
 	r.tmu.Unlock()
 	if err != nil {
@@ -488,7 +502,8 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	go t.read(ready)
 	select {
 	case m := <-ready:
-		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "took", time.Since(t.started))
+		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "helper", m.Helper, "took", time.Since(t.started))
+		t.helper = m.Helper
 		if !r.noCgroups {
 			t.openProcs()
 		}
@@ -582,7 +597,11 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 	}
 	limits := cfg.Limits
 	limits.Pids = int64(r.zopts.Slots) + 16 // a child is here only until it joins its own cgroup
-	argv := append(kernel.Argv(kernel.ZygotePath), r.zopts.Warm...)
+	argv := kernel.Argv(kernel.ZygotePath)
+	if r.zopts.PythonFork {
+		argv = append(argv, "--python-fork")
+	}
+	argv = append(argv, r.zopts.Warm...)
 	opts := []SpecOpt{
 		WithRootfs(cfg.Rootfs),
 		WithHostname("zygote"),
@@ -708,26 +727,37 @@ type forkRequest struct {
 	Hostname      string              `json:"hostname"`
 	UserLimits    UserLimits          `json:"user_limits"`
 	Rlimits       map[string][2]int64 `json:"rlimits"`
-	Seccomp       string              `json:"seccomp"`
+	SeccompID     string              `json:"seccomp_id"`
+	Seccomp       string              `json:"seccomp,omitempty"`       // the program's BPF (hex), once per template
+	SeccompReset  bool                `json:"seccomp_reset,omitempty"` // the template forgets the programs it has first
 	Env           []string            `json:"env"`
 	Bridge        bool                `json:"bridge"` // a fifth descriptor: the bridge directory's detached mount
 }
 
-// compiledSeccomp caches each profile's BPF.
-var compiledSeccomp sync.Map // *specs.LinuxSeccomp → string (hex)
+// bpf is a profile's compiled program: its id (a hash of it) and the
+// program in hex, which a template is sent once.
+type bpf struct{ id, hex string }
 
-func bpfOf(p *specs.LinuxSeccomp) (string, error) {
+// compiledSeccomp caches each profile's BPF.
+var compiledSeccomp sync.Map // *specs.LinuxSeccomp → bpf
+
+func bpfOf(p *specs.LinuxSeccomp) (bpf, error) {
 	if v, ok := compiledSeccomp.Load(p); ok {
-		return v.(string), nil
+		return v.(bpf), nil
 	}
 	b, err := seccomp.Compile(p)
 	if err != nil {
-		return "", err
+		return bpf{}, err
 	}
-	h := hex.EncodeToString(b)
-	compiledSeccomp.Store(p, h)
-	return h, nil
+	sum := sha256.Sum256(b)
+	v := bpf{id: hex.EncodeToString(sum[:8]), hex: hex.EncodeToString(b)}
+	compiledSeccomp.Store(p, v)
+	return v, nil
 }
+
+// maxSentPrograms bounds the seccomp programs a template keeps: past it,
+// the next request resets its table.
+const maxSentPrograms = 32
 
 // defaultSeccomp is the default profile, resolved once: a child's config
 // that leaves Seccomp nil gets the same pointer, so its BPF is compiled once.
@@ -756,7 +786,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	req := forkRequest{
 		ID: id, UID: cfg.UID, IDsStart: uint32(slot) * t.block, IDsSize: t.block,
 		TmpSize: cfg.TmpSize, WorkspaceSize: cfg.WorkspaceSize, Hostname: "sandbox-" + id[len(id)-6:],
-		UserLimits: r.budgets, Seccomp: prog, Env: Env,
+		UserLimits: r.budgets, SeccompID: prog.id, Env: Env,
 		Rlimits: map[string][2]int64{"RLIMIT_NOFILE": {1024, 1024}, "RLIMIT_CORE": {0, 0}, "RLIMIT_FSIZE": {1 << 30, 1 << 30}},
 	}
 	if r.noCgroups {
@@ -779,10 +809,6 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		bridge = os.NewFile(uintptr(fd), "bridge-tree")
 		defer bridge.Close()
 		req.Bridge = true
-	}
-	msg, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
 	}
 	var pipes [4][2]*os.File // request, reply, stderr, go
 	defer func() {
@@ -833,7 +859,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	if bridge != nil {
 		fds = append(fds, int(bridge.Fd()))
 	}
-	reply, err := t.request(ctx, msg, fds)
+	reply, err := t.request(ctx, &req, prog, fds)
 	answered()
 	for _, f := range []*os.File{reqR, repW, errW, goR} {
 		f.Close()
@@ -876,6 +902,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		return nil, fmt.Errorf("sandbox %s: %w", id, err)
 	}
 	k.initPid = k.hostPid
+	tPid := time.Since(t0)
 	if err := cg.err; err != nil {
 		return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
 	}
@@ -896,7 +923,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	}
 	s.hello = hello
 	r.zstat(func(z *ZygoteStats) { z.Forks++ })
-	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "cgroup", tRun-tReply, "total", time.Since(t0))
+	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "hostpid", tPid-tReply, "cgroup", tRun-tPid, "total", time.Since(t0))
 	return s, nil
 }
 
@@ -915,12 +942,18 @@ func (t *template) alive() bool {
 	}
 }
 
-// request sends one fork request with its descriptors and waits for the reply.
-func (t *template) request(ctx context.Context, msg []byte, fds []int) (zygoteMsg, error) {
+// request sends one fork request with its descriptors and waits for the
+// reply. The request carries the seccomp program's BPF only when the
+// template was not sent it before.
+func (t *template) request(ctx context.Context, req *forkRequest, prog bpf, fds []int) (zygoteMsg, error) {
 	t.forkMu.Lock()
 	defer t.forkMu.Unlock()
 	if !t.alive() {
 		return zygoteMsg{}, errTemplateGone
+	}
+	msg, err := t.message(req, prog)
+	if err != nil {
+		return zygoteMsg{}, err
 	}
 	if err := unix.Sendmsg(int(t.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0); err != nil {
 		return zygoteMsg{}, fmt.Errorf("%w: %w", errTemplateGone, err)
@@ -941,6 +974,23 @@ func (t *template) request(ctx context.Context, msg []byte, fds []int) (zygoteMs
 		go t.destroy()
 		return zygoteMsg{}, ctx.Err()
 	}
+}
+
+// message is the fork request as sent (under forkMu): with the BPF of its
+// seccomp program only if the template has not been sent it, which it is
+// counted as from here (a request that fails to reach the template ends
+// the template).
+func (t *template) message(req *forkRequest, prog bpf) ([]byte, error) {
+	req.Seccomp, req.SeccompReset = "", false
+	if !t.sent[prog.id] {
+		if t.sent == nil || len(t.sent) >= maxSentPrograms {
+			req.SeccompReset = t.sent != nil
+			t.sent = make(map[string]bool)
+		}
+		req.Seccomp = prog.hex
+		t.sent[prog.id] = true
+	}
+	return json.Marshal(req)
 }
 
 // hostPid finds the host pid of the template's child tplPid: its NSpid
