@@ -38,6 +38,7 @@ import select  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import struct  # noqa: E402
+import _thread as _thread_mod  # noqa: E402
 import time  # noqa: E402
 
 CLONE_NEWNS = 0x00020000
@@ -249,6 +250,32 @@ def _init(req, fds, p2c_r, program):
     _agent(req)
 
 
+_gettid = _thread_mod.get_native_id
+_after_fork_child = ctypes.pythonapi.PyOS_AfterFork_Child
+_after_fork_child.restype = None
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _agent_c(req):
+    """Q, which the C helper forked from P (now the reaper) with a raw clone: the interpreter's
+    own after-fork steps first (what os.fork runs in a child), then the agent."""
+    _after_fork_child()
+    if ctypes.c_int.from_address(_tid_addr).value != _gettid():
+        raise OSError("the agent's tid is not where the template found glibc's")
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if req["env"] != _ENV:
+        os.environ.clear()
+        for kv in req["env"]:
+            k, _, v = kv.partition("=")
+            os.environ[k] = v
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
+    _reseed()
+    agent.main()
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def _agent(req):
     """P, a sandbox now: its environment, then the split into the reaper and the agent Q."""
     signal.set_wakeup_fd(-1)
@@ -304,15 +331,61 @@ REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper")
 _helper = None
 
 
+_tid_addr = None  # where glibc keeps this thread's tid (see _find_tid), for the C split
+
+
 def _load_helper():
-    global _helper
+    global _helper, _tid_addr
     if SYS_CLONE is None or not os.path.exists(HELPER) or not os.path.exists(REAPER):
         return
     h = ctypes.PyDLL(HELPER)  # the GIL stays held: the template is one thread, and so is P
     h.zfork.restype = ctypes.c_long
     h.zfork.argtypes = [ctypes.c_void_p]
     _helper = h
+    _tid_addr = _find_tid()
 
+
+def _find_tid():
+    """The address of the tid glibc keeps for this thread (in its struct pthread), or None.
+
+    The C helper makes the agent with a raw clone(2), which runs no libc code in it: as glibc's
+    own fork does, it has the kernel write the agent's tid there (CLONE_CHILD_SETTID), or
+    pthread_kill and the like would use the template's. Its offset is glibc's business: found
+    as the one offset at which this thread and two short-lived others keep their own tids, run
+    before the warm imports (the template forks single-threaded). Without it the agent is forked
+    by Python (os.fork in P)."""
+    import _thread
+
+    pthread_self = libc.pthread_self
+    pthread_self.restype = ctypes.c_void_p
+
+    def offsets():  # in the first 1 KiB of struct pthread, which is larger
+        base, tid = pthread_self(), _thread.get_native_id()
+        words = struct.unpack("256i", ctypes.string_at(base, 1024))
+        return base, {4 * i for i, w in enumerate(words) if w == tid}
+
+    found = []
+    for _ in range(2):
+        done = _thread.allocate_lock()
+        done.acquire()
+
+        def run():
+            try:
+                found.append(offsets()[1])
+            finally:
+                done.release()
+
+        _thread.start_new_thread(run, ())
+        done.acquire()
+    for _ in range(1000):  # until both threads are gone, not only done
+        if _threads() == 1:
+            break
+        time.sleep(0.001)
+    base, mine = offsets()
+    common = mine.intersection(*found) if len(found) == 2 else set()
+    if len(common) != 1:
+        return None
+    return base + common.pop()
 
 _L, _P = ctypes.c_long, ctypes.c_void_p
 
@@ -325,7 +398,8 @@ class ZReq(ctypes.Structure):
                 ("tmp_opts", ctypes.c_char_p), ("workspace_opts", ctypes.c_char_p), ("hostname", ctypes.c_char_p),
                 ("masked_dirs", _P), ("masked_files", _P), ("readonly", _P),
                 ("ulimit_paths", _P), ("ulimit_values", _P), ("fprog", _P),
-                ("req_target", _L), ("rep_target", _L)]
+                ("req_target", _L), ("rep_target", _L),
+                ("tid_addr", _P), ("reaper", ctypes.c_char_p), ("envp", _P)]
 
 
 def _strv(items):
@@ -371,7 +445,8 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
              masked_dirs=ctypes.addressof(_fixed[0]), masked_files=ctypes.addressof(_fixed[1]),
              readonly=ctypes.addressof(_fixed[2]),
              ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
-             fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD)
+             fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD,
+             tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(_cache(("e",) + tuple(req["env"]), lambda: _strv(req["env"]))))
     delay, waited = 0.002, 0.0
     while True:  # ENOSPC: as in _clone
         pid = _helper.zfork(ctypes.addressof(q))
@@ -392,6 +467,8 @@ def _fork(req, fds, program):
         pid = _clone()
     if pid == 0:
         try:
+            if _helper is not None and _tid_addr:
+                _agent_c(req)  # Q, the agent of a sandbox the C helper made
             if _helper is not None:
                 _agent(req)  # P, a sandbox made by the C helper
             os.close(p2c_w)
@@ -459,7 +536,7 @@ def serve():
     gc.collect()
     gc.freeze()  # children share the heap; the collector must not write to it
     _send(ctl, {"op": "ready", "pid": os.getpid(), "warm": warmed,
-                "python": "%d.%d.%d" % sys.version_info[:3], "helper": _helper is not None})
+                "python": "%d.%d.%d" % sys.version_info[:3], "helper": "" if _helper is None else "split" if _tid_addr else "setup"})
     fdsize = socket.CMSG_SPACE(8 * struct.calcsize("i"))
     while True:
         ready, _, _ = select.select([ctl, wake_r], [], [])

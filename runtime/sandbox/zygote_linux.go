@@ -162,8 +162,12 @@ type ZygoteStats struct {
 	Forks     int `json:"forks"`     // children forked
 	Fallbacks int `json:"fallbacks"` // sandboxes started as containers instead (extra binds: hosted tools, builds)
 	// HelperTemplates are the templates that make their children with
-	// the C helper (the others take the Python steps).
+	// the C helper (the others take the Python steps), and SplitTemplates
+	// those of them whose helper also splits each child's pid 1 into the
+	// reaper and the agent (it needs to know where glibc keeps a thread's
+	// tid; without, the split is Python's os.fork).
 	HelperTemplates int `json:"helper_templates"`
+	SplitTemplates  int `json:"split_templates"`
 }
 
 // ZygoteStats reports zygote mode's counters.
@@ -190,7 +194,7 @@ type template struct {
 	devices []*config.Rule // the container's device rules, for each child's own devices cgroup
 	procs   *os.File       // the template's own cgroup.procs (see beat), nil if not opened
 	pid     string         // of the template's init, on the host
-	helper  bool           // makes its children with the C helper
+	helper  string         // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
 
 	forkMu  sync.Mutex      // one fork request at a time
 	sent    map[string]bool // seccomp programs the template has, by id (under forkMu)
@@ -247,7 +251,7 @@ type zygoteMsg struct {
 	Error  string   `json:"error"`
 	Warm   []string `json:"warm"`
 	Python string   `json:"python"`
-	Helper bool     `json:"helper"`
+	Helper string   `json:"helper"`
 }
 
 // maxZygoteMsg bounds one control message from a template.
@@ -358,8 +362,11 @@ func (r *Runtime) launchTemplate(ctx context.Context, cfg Config, done chan stru
 		r.templates = append(r.templates, t)
 		r.all = append(r.all, t)
 		r.zstats.Templates++
-		if t.helper {
+		if t.helper != "" {
 			r.zstats.HelperTemplates++
+		}
+		if t.helper == "split" {
+			r.zstats.SplitTemplates++
 		}
 	}
 	r.tmu.Unlock()

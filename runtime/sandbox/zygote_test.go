@@ -499,6 +499,12 @@ out["cwd"] = os.getcwd()
 out["env"] = sorted(os.environ.items())
 out["fds"] = sorted(int(f) for f in os.listdir("/proc/self/fd"))
 out["umask"] = os.umask(0o22)
+import threading, signal, time
+r = []
+t = threading.Thread(target=lambda: r.append(signal.pthread_kill(threading.main_thread().ident, 0)))
+t.start(); t.join()
+out["pthread_kill_main"] = r
+out["main_cpu_clock"] = time.clock_gettime(time.pthread_getcpuclockid(threading.main_thread().ident)) > 0
 print(repr(out))`
 
 // TestZygoteHelper: templates make their children with the C helper
@@ -522,7 +528,7 @@ func TestZygoteHelper(t *testing.T) {
 		if python {
 			want = 0
 		}
-		if st := rt.ZygoteStats(); st.HelperTemplates != want || st.Forks != 1 {
+		if st := rt.ZygoteStats(); st.HelperTemplates != want || st.SplitTemplates != want || st.Forks != 1 {
 			t.Errorf("PythonFork %t: stats %+v, want %d template(s) on the C helper", python, st, want)
 		}
 	}
@@ -532,7 +538,8 @@ func TestZygoteHelper(t *testing.T) {
 	for _, want := range []string{"'CapBnd': ['0000000000000000']", "'CapEff': ['0000000000000000']", "'NoNewPrivs': ['1']",
 		"'Seccomp': ['2']", "'Uid': ['1000', '1000', '1000', '1000']", "'pid1_exe': '/opt/forge/agent/reaper'",
 		"'proc_sys': 30", "'cwd': '/workspace'", "('/proc/keys', ('rw'", "('/proc/acpi', ('ro', 'tmpfs'",
-		"'rlimits': [(1024, 1024), (0, 0)", "('/proc/sys', ('ro'", "'lo': 73", "'max_user_namespaces', '0'"} {
+		"'rlimits': [(1024, 1024), (0, 0)", "('/proc/sys', ('ro'", "'lo': 73", "'max_user_namespaces', '0'",
+		"'pthread_kill_main': [None]", "'main_cpu_clock': True"} {
 		if !strings.Contains(state[false], want) {
 			t.Errorf("a child of the C helper: no %s in %s", want, state[false])
 		}

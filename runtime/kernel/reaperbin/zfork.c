@@ -35,6 +35,8 @@ typedef unsigned long u64;
 #define NR_UNSHARE 272
 #define NR_DUP3 292
 #define NR_PRLIMIT64 302
+#define NR_RT_SIGPROCMASK 14
+#define NR_EXECVE 59
 #elif defined(__aarch64__)
 #define NR_READ 63
 #define NR_WRITE 64
@@ -55,6 +57,8 @@ typedef unsigned long u64;
 #define NR_UNSHARE 97
 #define NR_DUP3 24
 #define NR_PRLIMIT64 261
+#define NR_RT_SIGPROCMASK 135
+#define NR_EXECVE 221
 #else
 #error "zfork: unsupported architecture"
 #endif
@@ -88,6 +92,12 @@ typedef unsigned long u64;
 #define IFF_LOOPBACK 0x8
 #define IFF_RUNNING 0x40
 #define SIGCHLD 17
+#define CLONE_CHILD_CLEARTID 0x00200000
+#define CLONE_CHILD_SETTID 0x01000000
+#define SIG_BLOCK 0
+/* The signals the reaper forwards to the agent: blocked across the split, as agent.py's
+ * _reap_as_init blocks them (SIGHUP 1, SIGINT 2, SIGQUIT 3, SIGUSR1 10, SIGUSR2 12, SIGTERM 15). */
+#define FORWARDED ((1UL << 0) | (1UL << 1) | (1UL << 2) | (1UL << 9) | (1UL << 11) | (1UL << 14))
 
 static long sys6(long n, long a, long b, long c, long d, long e, long f) {
 	long ret;
@@ -140,6 +150,13 @@ struct zreq {
 	const char *const *ulimit_paths, *const *ulimit_values;
 	const void *fprog; /* struct sock_fprog of the child's seccomp profile */
 	long req_target, rep_target; /* where the agent wants its request and reply fds */
+	/* The split of P into the reaper (P, which execs reaper with reaper_argv and envp) and the
+	 * agent Q, which zfork returns 0 in. tid_addr is where glibc keeps the calling thread's tid
+	 * (struct pthread's tid, found by zygote.py), for the kernel to write Q's own into, as glibc's
+	 * fork does; 0 leaves the split to Python (zfork returns 0 in P then). */
+	long *tid_addr;
+	const char *reaper; /* exec'd as: reaper <the agent's pid> */
+	char *const *envp;
 };
 
 static long slen(const char *s) {
@@ -174,12 +191,13 @@ static void __attribute__((noreturn)) fail(long err_fd, const char *step, long r
 		SC1(NR_EXIT_GROUP, 120);
 }
 
-#define CHECK(call, step)                                                                          \
+#define CHECK_FD(fd, call, step)                                                                   \
 	do {                                                                                       \
 		long r_ = (call);                                                                  \
 		if (r_ < 0)                                                                        \
-			fail(q->err_fd, step, r_);                                                 \
+			fail(fd, step, r_);                                                        \
 	} while (0)
+#define CHECK(call, step) CHECK_FD(q->err_fd, call, step)
 
 static long xmount(const char *src, const char *dst, const char *fs, long flags, const char *data) {
 	return SC5(NR_MOUNT, src, dst, fs, flags, data);
@@ -303,10 +321,40 @@ static void child(const struct zreq *q) {
 	}
 }
 
+/* split makes the agent Q, P's child, and turns P into the reaper; it returns in Q only. */
+static void split(const struct zreq *q) {
+	u64 set = FORWARDED;
+	long pid;
+	char num[24], *argv[3], *p = num + sizeof(num) - 1;
+	/* stderr is fd 2 now */
+	CHECK_FD(2, SC4(NR_RT_SIGPROCMASK, SIG_BLOCK, &set, 0, 8), "block the forwarded signals");
+#if defined(__x86_64__)
+	pid = SC5(NR_CLONE, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, q->tid_addr, 0);
+#else
+	pid = SC5(NR_CLONE, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, 0, q->tid_addr);
+#endif
+	if (pid == 0)
+		return; /* Q: the forwarded signals stay blocked until zygote.py unblocks them */
+	CHECK_FD(2, pid, "fork the agent");
+	SC1(NR_CLOSE, q->req_target); /* the host must see EOF on the replies when the agent dies */
+	SC1(NR_CLOSE, q->rep_target);
+	*p = 0;
+	do {
+		*--p = (char)('0' + pid % 10);
+		pid /= 10;
+	} while (pid);
+	argv[0] = (char *)q->reaper;
+	argv[1] = p;
+	argv[2] = 0;
+	CHECK_FD(2, SC3(NR_EXECVE, q->reaper, argv, q->envp), "exec the reaper");
+}
+
 __attribute__((visibility("default"))) long zfork(const struct zreq *q) {
 	long pid = SC5(NR_CLONE, q->nsflags | SIGCHLD, 0, 0, 0, 0);
 	if (pid != 0)
 		return pid; /* the template: P's pid, or -errno */
 	child(q);
+	if (q->tid_addr)
+		split(q);
 	return 0;
 }
