@@ -251,8 +251,13 @@ def _init(req, fds, p2c_r, program):
 
 
 _gettid = _thread_mod.get_native_id
+# The interpreter's own steps around a fork (os.fork's): before the clone of P and after it in
+# the template, and in Q, whose memory is the template's at the clone (P runs no Python).
+_before_fork = ctypes.pythonapi.PyOS_BeforeFork
+_after_fork_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
 _after_fork_child = ctypes.pythonapi.PyOS_AfterFork_Child
-_after_fork_child.restype = None
+for _f in (_before_fork, _after_fork_parent, _after_fork_child):
+    _f.restype = None
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -449,8 +454,14 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
              tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(_cache(("e",) + tuple(req["env"]), lambda: _strv(req["env"]))))
     delay, waited = 0.002, 0.0
     while True:  # ENOSPC: as in _clone
+        if _tid_addr:  # the agent is a copy of this interpreter, taken by P: as os.fork does
+            _before_fork()
         pid = _helper.zfork(ctypes.addressof(q))
-        if pid >= 0:
+        if pid == 0:
+            return 0  # Q (or, without the split, P)
+        if _tid_addr:
+            _after_fork_parent()
+        if pid > 0:
             return pid
         if -pid != errno.ENOSPC or waited >= 2.0:
             raise OSError(-pid, "clone: " + os.strerror(-pid))
