@@ -37,6 +37,7 @@ typedef unsigned long u64;
 #define NR_PRLIMIT64 302
 #define NR_RT_SIGPROCMASK 14
 #define NR_EXECVE 59
+#define NR_GETTID 186
 #elif defined(__aarch64__)
 #define NR_READ 63
 #define NR_WRITE 64
@@ -59,6 +60,7 @@ typedef unsigned long u64;
 #define NR_PRLIMIT64 261
 #define NR_RT_SIGPROCMASK 135
 #define NR_EXECVE 221
+#define NR_GETTID 178
 #else
 #error "zfork: unsupported architecture"
 #endif
@@ -154,7 +156,7 @@ struct zreq {
 	 * agent Q, which zfork returns 0 in. tid_addr is where glibc keeps the calling thread's tid
 	 * (struct pthread's tid, found by zygote.py), for the kernel to write Q's own into, as glibc's
 	 * fork does; 0 leaves the split to Python (zfork returns 0 in P then). */
-	long *tid_addr;
+	int *tid_addr;
 	const char *reaper; /* exec'd as: reaper <the agent's pid> */
 	char *const *envp;
 };
@@ -333,8 +335,11 @@ static void split(const struct zreq *q) {
 #else
 	pid = SC5(NR_CLONE, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, 0, q->tid_addr);
 #endif
-	if (pid == 0)
-		return; /* Q: the forwarded signals stay blocked until zygote.py unblocks them */
+	if (pid == 0) { /* Q: the forwarded signals stay blocked until zygote.py unblocks them */
+		if (*(volatile int *)q->tid_addr != (int)SC0(NR_GETTID))
+			fail(2, "the agent's tid is not where the template found glibc's", -22);
+		return;
+	}
 	CHECK_FD(2, pid, "fork the agent");
 	SC1(NR_CLOSE, q->req_target); /* the host must see EOF on the replies when the agent dies */
 	SC1(NR_CLOSE, q->rep_target);
