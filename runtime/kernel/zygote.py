@@ -208,6 +208,7 @@ def _place_fds(req_fd, rep_fd, err_fd):
 
 def _init(req, fds, p2c_r, program):
     """P: pid 1 of the new pid namespace, root of the new user namespace until it drops."""
+    os.write(fds[3], b"p")  # first: the host learns P's pid from the credentials this carries
     os.close(CTL_FD)
     if os.read(p2c_r, 1) != b"m":  # the template wrote P's uid_map and gid_map
         os._exit(121)
@@ -229,7 +230,7 @@ def _init(req, fds, p2c_r, program):
         mount(None, BRIDGE, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     socket.sethostname(req["hostname"])
     _loopback_up()
-    if os.read(fds[3], 1) != b"g":  # the host moved P into the sandbox's cgroup
+    if os.read(fds[3], 1) != b"g":  # the host moved P into the sandbox's cgroup (fds[3]: P's socket)
         os._exit(122)
     os.close(fds[3])
     # Only now: the cgroup namespace's root is the cgroup P is in when it is made.

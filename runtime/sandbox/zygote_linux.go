@@ -817,7 +817,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		defer bridge.Close()
 		req.Bridge = true
 	}
-	var pipes [4][2]*os.File // request, reply, stderr, go
+	var pipes [3][2]*os.File // request, reply, stderr
 	defer func() {
 		for _, p := range pipes {
 			for _, f := range p {
@@ -837,7 +837,21 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	reqR, reqW := pipes[0][0], pipes[0][1]
 	repR, repW := pipes[1][0], pipes[1][1]
 	errR, errW := pipes[2][0], pipes[2][1]
-	goR, goW := pipes[3][0], pipes[3][1]
+	// P's own socket: P writes a byte as its first step, which the kernel
+	// sends with P's credentials (SO_PASSCRED), its pid translated into
+	// forge's pid namespace; the host writes 'g' on it once P is in its
+	// cgroup. So the move waits neither for the template's reply nor for a
+	// search of /proc.
+	gofds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	goHost, goChild := os.NewFile(uintptr(gofds[0]), "zygote-go"), os.NewFile(uintptr(gofds[1]), "zygote-go-child")
+	defer goHost.Close()
+	defer goChild.Close()
+	if err := unix.SetsockoptInt(gofds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		return nil, err
+	}
 
 	t0 := time.Now()
 	// The cgroup is made while the template forks; the child joins it below.
@@ -862,18 +876,65 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		}
 		cgDone <- made{m, err}
 	}()
-	fds := []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), int(goR.Fd())}
+	// P's pid, then its move into the cgroup and 'g', while the template replies.
+	type started struct {
+		pid int
+		cg  made
+		err error
+	}
+	startDone := make(chan started, 1)
+	go func() {
+		pid, err := credPid(gofds[0])
+		cg := <-cgDone
+		if err == nil && cg.err != nil {
+			err = fmt.Errorf("cgroup of sandbox %s: %w", id, cg.err)
+		}
+		if err == nil && cg.m != nil {
+			for _, p := range cg.m.GetPaths() {
+				if err = occgroups.WriteCgroupProc(p, pid); err != nil {
+					err = fmt.Errorf("cgroup of sandbox %s: %w", id, err)
+					break
+				}
+			}
+		}
+		if err == nil {
+			if _, err = unix.Write(gofds[0], []byte{'g'}); err != nil {
+				err = fmt.Errorf("starting sandbox %s: %w", id, err)
+			}
+		}
+		startDone <- started{pid, cg, err}
+	}()
+	fds := []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), gofds[1]}
 	if bridge != nil {
 		fds = append(fds, int(bridge.Fd()))
 	}
 	reply, err := t.request(ctx, &req, prog, fds)
 	answered()
-	for _, f := range []*os.File{reqR, repW, errW, goR} {
+	for _, f := range []*os.File{reqR, repW, errW, goChild} {
 		f.Close()
 	}
-	pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][0] = nil, nil, nil, nil
-	cg := <-cgDone
+	pipes[0][0], pipes[1][1], pipes[2][1] = nil, nil, nil
+	tReply := time.Since(t0)
 	if err != nil {
+		// No P, or one that will not be known: the template closes its
+		// copy of P's socket, or is destroyed; this ends credPid too.
+		_ = unix.Shutdown(gofds[0], unix.SHUT_RDWR)
+	}
+	var st started
+	select {
+	case st = <-startDone:
+	case <-ctx.Done():
+		_ = unix.Shutdown(gofds[0], unix.SHUT_RDWR)
+		st = <-startDone
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	cg := st.cg
+	if err != nil {
+		if st.pid > 0 {
+			_ = unix.Kill(st.pid, unix.SIGKILL) // in its pid namespace: all of it
+		}
 		if cg.m != nil {
 			_ = cg.m.Destroy()
 		}
@@ -904,24 +965,9 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	go func() { _, _ = io.Copy(s.stderr, errR); errR.Close() }()
 	pipes[2][0] = nil
 
-	tReply := time.Since(t0)
-	if k.hostPid, err = t.hostPid(k.tplPid); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	k.initPid = k.hostPid
-	tPid := time.Since(t0)
-	if err := cg.err; err != nil {
-		return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
-	}
-	if s.cgm != nil {
-		for _, p := range s.cgm.GetPaths() {
-			if err := occgroups.WriteCgroupProc(p, k.hostPid); err != nil {
-				return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
-			}
-		}
-	}
-	if _, err := goW.Write([]byte{'g'}); err != nil {
-		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
+	k.hostPid, k.initPid = st.pid, st.pid
+	if st.err != nil {
+		return nil, fmt.Errorf("%w%s", st.err, s.stderrNote())
 	}
 	tRun := time.Since(t0)
 	hello, err := s.client.Hello(ctx)
@@ -930,7 +976,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	}
 	s.hello = hello
 	r.zstat(func(z *ZygoteStats) { z.Forks++ })
-	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "hostpid", tPid-tReply, "cgroup", tRun-tPid, "total", time.Since(t0))
+	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "started", tRun, "total", time.Since(t0))
 	return s, nil
 }
 
@@ -1000,46 +1046,35 @@ func (t *template) message(req *forkRequest, prog bpf) ([]byte, error) {
 	return json.Marshal(req)
 }
 
-// hostPid finds the host pid of the template's child tplPid: its NSpid
-// line ends with tplPid and then 1 (P is pid 1 of its own namespace). The
-// kernel's children list skips an entry when a sibling exits while it is
-// read (siblings come and go at every fork), so a miss is tried again.
-func (t *template) hostPid(tplPid int) (int, error) {
-	tp, err := t.proc.Pid()
-	if err != nil {
-		return 0, err
-	}
-	for try := 1; ; try++ {
-		pid, err := t.findChild(tp, tplPid)
-		if err == nil || try == 10 {
-			return pid, err
-		}
-		time.Sleep(time.Duration(try) * time.Millisecond)
-	}
-}
-
-func (t *template) findChild(tp, tplPid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tp, tp))
-	if err != nil {
-		return 0, err
-	}
-	kids := strings.Fields(string(b))
-	for i := len(kids) - 1; i >= 0; i-- { // the newest child is listed last
-		f := kids[i]
-		st, err := os.ReadFile("/proc/" + f + "/status")
-		if err != nil {
+// credPid reads the byte P writes first on its socket and the pid the
+// kernel sent with it (SO_PASSCRED: P's, in forge's pid namespace).
+func credPid(fd int) (int, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
+		if err == unix.EINTR {
 			continue
 		}
-		for _, line := range strings.Split(string(st), "\n") {
-			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				ids := strings.Fields(rest)
-				if len(ids) >= 3 && ids[len(ids)-2] == strconv.Itoa(tplPid) && ids[len(ids)-1] == "1" {
-					return strconv.Atoi(f)
-				}
-			}
+		if err != nil {
+			return 0, fmt.Errorf("the sandbox's pid 1: %w", err)
 		}
+		if n != 1 || buf[0] != 'p' {
+			return 0, errors.New("the sandbox's pid 1 ended before it started")
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			return 0, fmt.Errorf("the sandbox's pid 1 sent no credentials (%d messages): %v", len(msgs), err)
+		}
+		cred, err := unix.ParseUnixCredentials(&msgs[0])
+		if err != nil {
+			return 0, fmt.Errorf("the sandbox's pid 1: %w", err)
+		}
+		if cred.Pid <= 1 {
+			return 0, fmt.Errorf("the sandbox's pid 1 has host pid %d", cred.Pid)
+		}
+		return int(cred.Pid), nil
 	}
-	return 0, fmt.Errorf("zygote template %s: no child with pid %d", t.id, tplPid)
 }
 
 // destroy kills the template and gives its ids back (children die with it).

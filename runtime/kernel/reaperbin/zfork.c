@@ -142,7 +142,8 @@ struct zreq {
 	long ctl_fd;  /* the template's control socket: closed in P */
 	long map_fd;  /* P waits for 'm' here: the template wrote its id maps */
 	long map_w_fd; /* the template's end of it: closed in P */
-	long req_fd, rep_fd, err_fd, go_fd, bridge_fd; /* the child's own; bridge_fd -1 without */
+	long req_fd, rep_fd, err_fd, go_fd, bridge_fd; /* the child's own (go_fd: its socket to the
+							* host); bridge_fd -1 without */
 	long uid;
 	long cap_last;
 	long nrlimits;
@@ -234,6 +235,8 @@ struct ifreq_flags {
 static void child(const struct zreq *q) {
 	long i;
 	const char *const *p;
+	/* First: the host learns P's pid from the credentials the kernel sends with this byte. */
+	CHECK(SC3(NR_WRITE, q->go_fd, "p", 1), "write to the host");
 	SC1(NR_CLOSE, q->ctl_fd);
 	SC1(NR_CLOSE, q->map_w_fd);
 	if (read1(q->map_fd, 'm') != 0) /* the template wrote P's uid_map and gid_map */

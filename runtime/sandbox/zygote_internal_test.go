@@ -3,7 +3,11 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestZygoteSeccompSentOnce: a template is sent a seccomp program's BPF
@@ -53,5 +57,44 @@ func TestZygoteSeccompSentOnce(t *testing.T) {
 	}
 	if r := send(prog); r.Seccomp != prog.hex || r.SeccompReset {
 		t.Fatalf("after the reset: the first program must be sent again (got %d digits, reset %t)", len(r.Seccomp), r.SeccompReset)
+	}
+}
+
+// TestZygoteCredPid: the host learns a child's pid 1 from the credentials
+// the kernel sends with its first byte (SO_PASSCRED), here a process's own
+// pid; a peer that closes first, or sends something else, is an error.
+func TestZygoteCredPid(t *testing.T) {
+	pair := func() [2]int {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+		return fds
+	}
+	cmd := exec.Command("/bin/sh", "-c", "printf p >&3; sleep 5")
+	fds := pair()
+	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(fds[1]), "peer")}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if pid, err := credPid(fds[0]); err != nil || pid != cmd.Process.Pid {
+		t.Errorf("credPid: %d, %v; want the writer's pid %d", pid, err, cmd.Process.Pid)
+	}
+	fds = pair()
+	unix.Close(fds[1])
+	if pid, err := credPid(fds[0]); err == nil {
+		t.Errorf("credPid of a closed peer: %d, want an error", pid)
+	}
+	fds = pair()
+	if _, err := unix.Write(fds[1], []byte{'x'}); err != nil {
+		t.Fatal(err)
+	}
+	if pid, err := credPid(fds[0]); err == nil {
+		t.Errorf("credPid of another byte: %d, want an error", pid)
 	}
 }
