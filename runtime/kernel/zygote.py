@@ -12,13 +12,17 @@ and CAP_SETGID alone, and holds nothing secret.
 One fork, step by step (the child P is pid 1 of the new sandbox, P's child Q is the agent):
   template  clone P into new user, mount, pid, net, ipc and uts namespaces; write P's
             uid_map/gid_map (a sub-range the host gave)
-  P         wait for the map; mount a fresh /proc (masked like a container's), /tmp, /workspace,
+  P         write a byte on its socket to the host (the kernel sends P's pid with it); wait for
+            the map; mount a fresh /proc (masked like a container's), /tmp, /workspace,
             /dev/shm, /dev/mqueue, /dev/pts; loopback up; hostname (all while the host moves P
             into the sandbox's own cgroup); wait for the host; unshare the cgroup namespace;
             user.* limits; /proc read-only parts; rlimits; drop the bounding set; become the
             sandbox user (no capabilities); no_new_privs; seccomp; then the agent's own pid-1
             split (P becomes the reaper, Q the agent)
   Q         reseed what fork copied (random, numpy), then serve the host as the agent does
+
+With the C helper (reaperbin/zfork.c, _clone_c) the clone and all of P's steps are C, and P never
+runs Python; without it (or with --python-fork) they are _clone, _init and _agent below.
 """
 
 import os
