@@ -926,8 +926,8 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	case <-ctx.Done():
 		_ = unix.Shutdown(gofds[0], unix.SHUT_RDWR)
 		st = <-startDone
-		if err == nil {
-			err = ctx.Err()
+		if st.err == nil {
+			st.err = ctx.Err() // with a reply: the sandbox made below is destroyed
 		}
 	}
 	cg := st.cg
