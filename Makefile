@@ -15,9 +15,10 @@ deps:
 	@scripts/install-deps.sh
 
 REAPER    := runtime/kernel/reaperbin/reaper
+ZFORK     := runtime/kernel/reaperbin/zfork.so
 SLIMINIT  := runtime/sandbox/initbin/forge-init
 
-build: deps $(REAPER) $(SLIMINIT)
+build: deps $(REAPER) $(ZFORK) $(SLIMINIT)
 	$(GO) build $(GOFLAGS) -o $(BIN) ./cmd/forge
 
 # The sandbox's init before it becomes the agent: libcontainer's init alone
@@ -33,6 +34,13 @@ FORCE:
 # any image; embedded into forge.
 $(REAPER): runtime/kernel/reaperbin/reaper.c
 	$(CC) -static -Os -s -o $@ $<
+
+# A zygote child's steps in C (see runtime/kernel/reaperbin/zfork.c): a shared object the
+# template loads with ctypes, so no libc at all (-nostdlib, raw system calls) to run with any
+# image's glibc; --no-undefined fails the build if the compiler asked for a libc function.
+$(ZFORK): runtime/kernel/reaperbin/zfork.c
+	$(CC) -shared -fPIC -nostdlib -ffreestanding -fno-builtin -fno-stack-protector -fcf-protection=none \
+		-O2 -fvisibility=hidden -Wall -Wextra -Werror -Wl,--no-undefined -Wl,-z,noexecstack -s -o $@ $<
 
 # The default image forge/python:3.11 (and the data image) from Debian packages.
 # The OCI layout is cached under ~/.cache/forge, so this is quick when done once.

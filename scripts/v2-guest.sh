@@ -53,9 +53,10 @@ timeout_min=${V2_TIMEOUT_MIN:-25}
 # sandbox a zygote child: a child's own cgroup made by the fs2 manager with
 # its limits (OOM at memory.max, the pids limit, usage read back, removed
 # with it), pause via cgroup.freeze and limits set later, isolation from
-# its siblings and template, and V2_ZYGOTE_CHILDREN children at
+# its siblings and template, the C helper's children against the Python
+# steps' (TestZygoteHelper), and V2_ZYGOTE_CHILDREN children at
 # concurrency 8 with nothing left. V2_ZYGOTE= leaves it out.
-zygote_run=${V2_ZYGOTE-^(TestZygoteChildCgroup|TestPauseResumeAndLimits|TestZygoteChildIsolation|TestZygoteManyChildren)\$}
+zygote_run=${V2_ZYGOTE-^(TestZygoteChildCgroup|TestPauseResumeAndLimits|TestZygoteChildIsolation|TestZygoteManyChildren|TestZygoteHelper)\$}
 zygote_children=${V2_ZYGOTE_CHILDREN:-32}
 # V2_BENCH=REGEX also runs those benchmarks of runtime/sandbox, once in each
 # mode (-test.benchtime V2_BENCHTIME, 5x): BenchmarkCgroupMove,

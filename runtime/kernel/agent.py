@@ -166,6 +166,7 @@ _requests = None
 _replies = None
 _devnull = None
 _stray_fds = 0  # fds beyond the protocol's the agent found open at start, and closed
+_fds_closed = False  # set by zygote.py when the sandbox's pid 1 closed them before the agent
 
 
 def _sigint(signum, frame):
@@ -204,10 +205,13 @@ def _setup_fds():
     os.close(REQ_FD)
     os.close(REP_FD)
     # Nothing else the launcher had open reaches user code; the count goes to the host in hello.
-    try:
-        names = os.listdir("/proc/self/fd")
-    except OSError:
-        names = []
+    # (A zygote child's pid 1 closed them all with close_range(2): zygote.py says so.)
+    names = []
+    if not _fds_closed:
+        try:
+            names = os.listdir("/proc/self/fd")
+        except OSError:
+            pass
     for name in names:
         fd = int(name)
         if fd > 2 and fd != req and fd != rep:

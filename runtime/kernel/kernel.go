@@ -73,6 +73,21 @@ func Reaper() []byte {
 	return b
 }
 
+// ZForkFileName is the zygote's C helper beside the agent: a self-contained
+// shared object (reaperbin/zfork.c) the template loads to make each child.
+const ZForkFileName = "zfork.so"
+
+// ZFork is the zygote's C helper compiled from reaperbin/zfork.c by `make
+// build`, or nil when forge was built without it (the template then makes
+// each child with its Python steps).
+func ZFork() []byte {
+	b, err := reaperFS.ReadFile("reaperbin/" + ZForkFileName)
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
 // ZygoteFileName is the zygote's file name beside the agent: the init of a
 // zygote-mode template (runtime/sandbox/zygote_linux.go), which imports the
 // agent once and forks every sandbox of its image.

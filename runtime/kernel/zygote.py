@@ -12,13 +12,17 @@ and CAP_SETGID alone, and holds nothing secret.
 One fork, step by step (the child P is pid 1 of the new sandbox, P's child Q is the agent):
   template  clone P into new user, mount, pid, net, ipc and uts namespaces; write P's
             uid_map/gid_map (a sub-range the host gave)
-  P         wait for the map; mount a fresh /proc (masked like a container's), /tmp, /workspace,
+  P         write a byte on its socket to the host (the kernel sends P's pid with it); wait for
+            the map; mount a fresh /proc (masked like a container's), /tmp, /workspace,
             /dev/shm, /dev/mqueue, /dev/pts; loopback up; hostname (all while the host moves P
             into the sandbox's own cgroup); wait for the host; unshare the cgroup namespace;
             user.* limits; /proc read-only parts; rlimits; drop the bounding set; become the
             sandbox user (no capabilities); no_new_privs; seccomp; then the agent's own pid-1
             split (P becomes the reaper, Q the agent)
   Q         reseed what fork copied (random, numpy), then serve the host as the agent does
+
+With the C helper (reaperbin/zfork.c, _clone_c) the clone and all of P's steps are C, and P never
+runs Python; without it (or with --python-fork) they are _clone, _init and _agent below.
 """
 
 import os
@@ -38,6 +42,8 @@ import select  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import struct  # noqa: E402
+import _signal  # noqa: E402
+import _thread as _thread_mod  # noqa: E402
 import time  # noqa: E402
 
 CLONE_NEWNS = 0x00020000
@@ -156,17 +162,23 @@ def _tmpfs(path, size, uid):
           "mode=0755,size=%d,nr_inodes=65536,uid=%d,gid=%d" % (size, uid, uid))
 
 
-_programs = {}  # a profile's BPF (hex from the host) → (buffer, sock_fprog), made once
+# The profiles' BPF programs by the host's id for each → (buffer, sock_fprog). The host sends a
+# program's bytes with the first request that uses it and its id alone after that; "reset" (the
+# host's table of what it sent is full) empties this one first.
+_programs = {}
 
 
-def _program(hexprog):
-    p = _programs.get(hexprog)
-    if p is None:
-        if len(_programs) >= 16:
-            _programs.clear()
+def _program(req):
+    if req.get("seccomp_reset"):
+        _programs.clear()
+    hexprog = req.get("seccomp")
+    if hexprog is not None:
         prog = bytes.fromhex(hexprog)
         buf = ctypes.create_string_buffer(prog, len(prog))
-        p = _programs[hexprog] = (buf, _Fprog(len(prog) // 8, ctypes.addressof(buf)))
+        _programs[req["seccomp_id"]] = (buf, _Fprog(len(prog) // 8, ctypes.addressof(buf)))
+    p = _programs.get(req["seccomp_id"])
+    if p is None:
+        raise OSError("fork request with seccomp program %r, never sent" % req["seccomp_id"])
     return p
 
 
@@ -200,8 +212,7 @@ def _place_fds(req_fd, rep_fd, err_fd):
 
 def _init(req, fds, p2c_r, program):
     """P: pid 1 of the new pid namespace, root of the new user namespace until it drops."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.write(fds[3], b"p")  # first: the host learns P's pid from the credentials this carries
     os.close(CTL_FD)
     if os.read(p2c_r, 1) != b"m":  # the template wrote P's uid_map and gid_map
         os._exit(121)
@@ -223,7 +234,7 @@ def _init(req, fds, p2c_r, program):
         mount(None, BRIDGE, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     socket.sethostname(req["hostname"])
     _loopback_up()
-    if os.read(fds[3], 1) != b"g":  # the host moved P into the sandbox's cgroup
+    if os.read(fds[3], 1) != b"g":  # the host moved P into the sandbox's cgroup (fds[3]: P's socket)
         os._exit(122)
     os.close(fds[3])
     # Only now: the cgroup namespace's root is the cgroup P is in when it is made.
@@ -240,12 +251,53 @@ def _init(req, fds, p2c_r, program):
     os.setresuid(uid, uid, uid)  # from root to the user: every capability is gone
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     _seccomp(program)
-    os.environ.clear()
-    for kv in req["env"]:
-        k, _, v = kv.partition("=")
-        os.environ[k] = v
     os.chdir("/workspace")
     _place_fds(*fds[:3])
+    _agent(req)
+
+
+# The interpreter's own steps around a fork (os.fork's): before the clone of P and after it in
+# the template, and in Q, whose memory is the template's at the clone (P runs no Python).
+_before_fork = ctypes.pythonapi.PyOS_BeforeFork
+_after_fork_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
+_after_fork_child = ctypes.pythonapi.PyOS_AfterFork_Child
+for _f in (_before_fork, _after_fork_parent, _after_fork_child):
+    _f.restype = None
+_FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT, _signal.SIGUSR1, _signal.SIGUSR2)
+
+
+def _agent_c(req):
+    """Q, which the C helper forked from P (now the reaper) with a raw clone (and checked its
+    tid): the interpreter's own after-fork steps first (what os.fork runs in a child), then the
+    agent. _signal rather than signal, whose enum conversions cost a fresh child 0.3 ms."""
+    _after_fork_child()
+    _signal.set_wakeup_fd(-1)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    if req["env"] != _ENV:
+        os.environ.clear()
+        for kv in req["env"]:
+            k, _, v = kv.partition("=")
+            os.environ[k] = v
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, _FORWARDED)
+    # P closed every descriptor past the agent's with close_range(2) just before it forked Q,
+    # and none is opened since: the agent's listing of /proc/self/fd (0.2-0.3 ms in a fresh
+    # /proc) would find none.
+    agent._fds_closed = True
+    _reseed()
+    agent.main()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _agent(req):
+    """P, a sandbox now: its environment, then the split into the reaper and the agent Q."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if req["env"] != _ENV:  # the template's own (its container's) is the usual one
+        os.environ.clear()
+        for kv in req["env"]:
+            k, _, v = kv.partition("=")
+            os.environ[k] = v
     agent._reap_as_init()  # P becomes the reaper; this returns in Q, the agent
     _reseed()
     agent.main()
@@ -284,17 +336,166 @@ def _clone():
         delay = min(delay * 2, 0.05)
 
 
-def _fork(req, fds):
-    program = _program(req["seccomp"])
+# The C helper (runtime/kernel/reaperbin/zfork.c, zfork.so beside this file when forge was
+# built with it): the clone and every step of _init up to the seccomp load in C, without the
+# interpreter. --python-fork (ZygoteOptions.PythonFork, to measure both) keeps the Python steps.
+HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zfork.so")
+REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper")
+_helper = None
+
+
+_tid_addr = None  # where glibc keeps this thread's tid (see _find_tid), for the C split
+
+
+def _load_helper():
+    global _helper, _tid_addr
+    if SYS_CLONE is None or not os.path.exists(HELPER) or not os.path.exists(REAPER):
+        return
+    h = ctypes.PyDLL(HELPER)  # the GIL stays held: the template is one thread, and so is P
+    h.zfork.restype = ctypes.c_long
+    h.zfork.argtypes = [ctypes.c_void_p]
+    _helper = h
+    _tid_addr = _find_tid()
+
+
+def _find_tid():
+    """The address of the tid glibc keeps for this thread (in its struct pthread), or None.
+
+    The C helper makes the agent with a raw clone(2), which runs no libc code in it: as glibc's
+    own fork does, it has the kernel write the agent's tid there (CLONE_CHILD_SETTID), or
+    pthread_kill and the like would use the template's. Its offset is glibc's business: found
+    as the one offset at which this thread and two short-lived others keep their own tids, run
+    before the warm imports (the template forks single-threaded). Without it the agent is forked
+    by Python (os.fork in P)."""
+    import _thread
+
+    pthread_self = libc.pthread_self
+    pthread_self.restype = ctypes.c_void_p
+
+    def offsets():  # in the first 1 KiB of struct pthread, which is larger
+        base, tid = pthread_self(), _thread.get_native_id()
+        words = struct.unpack("256i", ctypes.string_at(base, 1024))
+        return base, {4 * i for i, w in enumerate(words) if w == tid}
+
+    found = []
+    for _ in range(2):
+        done = _thread.allocate_lock()
+        done.acquire()
+
+        def run():
+            try:
+                found.append(offsets()[1])
+            finally:
+                done.release()
+
+        _thread.start_new_thread(run, ())
+        done.acquire()
+    for _ in range(1000):  # until both threads are gone, not only done
+        if _threads() == 1:
+            break
+        time.sleep(0.001)
+    base, mine = offsets()
+    common = mine.intersection(*found) if len(found) == 2 else set()
+    if len(common) != 1:
+        return None
+    return base + common.pop()
+
+_L, _P = ctypes.c_long, ctypes.c_void_p
+
+
+class ZReq(ctypes.Structure):
+    """struct zreq of zfork.c: keep the two in step."""
+    _fields_ = [("nsflags", _L), ("ctl_fd", _L), ("map_fd", _L), ("map_w_fd", _L),
+                ("req_fd", _L), ("rep_fd", _L), ("err_fd", _L), ("go_fd", _L), ("bridge_fd", _L),
+                ("uid", _L), ("cap_last", _L), ("nrlimits", _L), ("rlimits", _P),
+                ("tmp_opts", ctypes.c_char_p), ("workspace_opts", ctypes.c_char_p), ("hostname", ctypes.c_char_p),
+                ("masked_dirs", _P), ("masked_files", _P), ("readonly", _P),
+                ("ulimit_paths", _P), ("ulimit_values", _P), ("fprog", _P),
+                ("req_target", _L), ("rep_target", _L),
+                ("tid_addr", _P), ("reaper", ctypes.c_char_p), ("envp", _P)]
+
+
+def _strv(items):
+    """A NULL-terminated char *[] (kept alive by the caller)."""
+    arr = (ctypes.c_char_p * (len(items) + 1))(*[i.encode() for i in items], None)
+    return arr
+
+
+_RLIMIT = {"RLIMIT_NOFILE": resource.RLIMIT_NOFILE, "RLIMIT_CORE": resource.RLIMIT_CORE,
+           "RLIMIT_FSIZE": resource.RLIMIT_FSIZE, "RLIMIT_DATA": resource.RLIMIT_DATA,
+           "RLIMIT_NPROC": resource.RLIMIT_NPROC}
+_fixed = None  # the parts of a ZReq every fork shares, made once
+_cached = {}  # user limits and rlimits (the same in most requests) → their C arrays
+
+
+def _cache(key, make):
+    v = _cached.get(key)
+    if v is None:
+        if len(_cached) >= 64:
+            _cached.clear()
+        v = _cached[key] = make()
+    return v
+
+
+def _clone_c(req, fds, p2c_r, p2c_w, program):
+    global _fixed
+    if _fixed is None:
+        _fixed = (_strv(MASKED_DIRS), _strv(MASKED_FILES), _strv(READONLY_FOUND))
+    ul = tuple(sorted(req.get("user_limits", {}).items()))
+    ulimits = _cache(("u",) + ul, lambda: (_strv(["/proc/sys/user/" + k for k, _ in ul]),
+                                           _strv(["%d" % v for _, v in ul])))
+    rl = tuple(sorted((k, tuple(v)) for k, v in req.get("rlimits", {}).items()))
+    rlimits = _cache(("r",) + rl, lambda: (ctypes.c_long * (3 * len(rl) + 1))(
+        *[x for k, (soft, hard) in rl for x in (_RLIMIT[k], soft, hard)]))
+    uid = req["uid"]
+    opts = "mode=0755,size=%d,nr_inodes=65536,uid=%d,gid=%d"
+    q = ZReq(nsflags=NS_FLAGS, ctl_fd=CTL_FD, map_fd=p2c_r, map_w_fd=p2c_w,
+             req_fd=fds[0], rep_fd=fds[1], err_fd=fds[2], go_fd=fds[3], bridge_fd=fds[4] if len(fds) > 4 else -1,
+             uid=uid, cap_last=CAP_LAST, nrlimits=len(rl), rlimits=ctypes.addressof(rlimits),
+             tmp_opts=(opts % (req["tmp_size"], uid, uid)).encode(),
+             workspace_opts=(opts % (req["workspace_size"], uid, uid)).encode(),
+             hostname=req["hostname"].encode(),
+             masked_dirs=ctypes.addressof(_fixed[0]), masked_files=ctypes.addressof(_fixed[1]),
+             readonly=ctypes.addressof(_fixed[2]),
+             ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
+             fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD,
+             tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(_cache(("e",) + tuple(req["env"]), lambda: _strv(req["env"]))))
+    delay, waited = 0.002, 0.0
+    while True:  # ENOSPC: as in _clone
+        if _tid_addr:  # the agent is a copy of this interpreter, taken by P: as os.fork does
+            _before_fork()
+        pid = _helper.zfork(ctypes.addressof(q))
+        if pid == 0:
+            return 0  # Q (or, without the split, P)
+        if _tid_addr:
+            _after_fork_parent()
+        if pid > 0:
+            return pid
+        if -pid != errno.ENOSPC or waited >= 2.0:
+            raise OSError(-pid, "clone: " + os.strerror(-pid))
+        time.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 0.05)
+
+
+def _fork(req, fds, program):
     p2c_r, p2c_w = os.pipe()
-    pid = _clone()
+    if _helper is not None:
+        pid = _clone_c(req, fds, p2c_r, p2c_w, program)
+    else:
+        pid = _clone()
     if pid == 0:
         try:
+            if _helper is not None and _tid_addr:
+                _agent_c(req)  # Q, the agent of a sandbox the C helper made
+            if _helper is not None:
+                _agent(req)  # P, a sandbox made by the C helper
             os.close(p2c_w)
             _init(req, fds, p2c_r, program)
         except BaseException as e:
             try:
-                os.write(fds[2], ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
+                os.write(2 if _helper is not None else fds[2],
+                         ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
             finally:
                 os._exit(120)
         os._exit(120)
@@ -307,6 +508,9 @@ def _fork(req, fds):
     finally:
         os.close(p2c_w)
     return pid
+
+
+_ENV = ["%s=%s" % kv for kv in os.environ.items()]
 
 
 def _threads():
@@ -340,13 +544,18 @@ def serve():
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    warmed = agent._warm(sys.argv[1:])
+    args = sys.argv[1:]
+    if args[:1] == ["--python-fork"]:
+        args = args[1:]
+    else:
+        _load_helper()
+    warmed = agent._warm(args)
     _single_thread()
     agent._known_modules = agent._modules()  # the same for every child: found once, here
     gc.collect()
     gc.freeze()  # children share the heap; the collector must not write to it
     _send(ctl, {"op": "ready", "pid": os.getpid(), "warm": warmed,
-                "python": "%d.%d.%d" % sys.version_info[:3]})
+                "python": "%d.%d.%d" % sys.version_info[:3], "helper": "" if _helper is None else "split" if _tid_addr else "setup"})
     fdsize = socket.CMSG_SPACE(8 * struct.calcsize("i"))
     while True:
         ready, _, _ = select.select([ctl, wake_r], [], [])
@@ -373,10 +582,11 @@ def serve():
                     fds.extend(struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4]))
             try:
                 req = json.loads(msg)
+                program = _program(req)  # first: the host counts it sent
                 want = 5 if req.get("bridge") else 4
                 if len(fds) != want:
                     raise OSError("fork request with %d descriptors, want %d" % (len(fds), want))
-                _send(ctl, {"op": "forked", "id": req["id"], "pid": _fork(req, fds)})
+                _send(ctl, {"op": "forked", "id": req["id"], "pid": _fork(req, fds, program)})
             except Exception as e:
                 _send(ctl, {"op": "forked", "id": req.get("id") if isinstance(req, dict) else None,
                             "error": "%s: %s" % (type(e).__name__, e)})

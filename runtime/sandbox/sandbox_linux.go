@@ -282,6 +282,9 @@ func writeAgent(stateDir string) (string, error) {
 	if r := kernel.Reaper(); r != nil {
 		files = append(files, file{kernel.ReaperFileName, r, 0o555})
 	}
+	if z := kernel.ZFork(); z != nil {
+		files = append(files, file{kernel.ZForkFileName, z, 0o444})
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("creating agent dir: %w", err)
 	}
@@ -369,6 +372,7 @@ func agentHash() string {
 	h.Write(kernel.AgentSource)
 	h.Write(kernel.ZygoteSource)
 	h.Write(kernel.Reaper())
+	h.Write(kernel.ZFork())
 	return hex.EncodeToString(h.Sum(nil)[:6])
 }
 

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -68,6 +69,10 @@ type ZygoteOptions struct {
 	Templates int
 	// Warm are the modules the template imports before it forks.
 	Warm []string
+	// PythonFork makes each child with the template's Python steps rather
+	// than its C helper (kernel.ZFork), which templates use when forge was
+	// built with it: to measure both, and to test the Python path.
+	PythonFork bool
 }
 
 // Zygote defaults.
@@ -156,6 +161,13 @@ type ZygoteStats struct {
 	Retired   int `json:"retired"`   // destroyed after their forks or age
 	Forks     int `json:"forks"`     // children forked
 	Fallbacks int `json:"fallbacks"` // sandboxes started as containers instead (extra binds: hosted tools, builds)
+	// HelperTemplates are the templates that make their children with
+	// the C helper (the others take the Python steps), and SplitTemplates
+	// those of them whose helper also splits each child's pid 1 into the
+	// reaper and the agent (it needs to know where glibc keeps a thread's
+	// tid; without, the split is Python's os.fork).
+	HelperTemplates int `json:"helper_templates"`
+	SplitTemplates  int `json:"split_templates"`
 }
 
 // ZygoteStats reports zygote mode's counters.
@@ -182,8 +194,10 @@ type template struct {
 	devices []*config.Rule // the container's device rules, for each child's own devices cgroup
 	procs   *os.File       // the template's own cgroup.procs (see beat), nil if not opened
 	pid     string         // of the template's init, on the host
+	helper  string         // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
 
 	forkMu  sync.Mutex      // one fork request at a time
+	sent    map[string]bool // seccomp programs the template has, by id (under forkMu)
 	replies chan zygoteMsg  // "forked" replies, in order
 	mu      sync.Mutex      // guards the fields below
 	free    []int           // free slots (1..Slots)
@@ -237,6 +251,7 @@ type zygoteMsg struct {
 	Error  string   `json:"error"`
 	Warm   []string `json:"warm"`
 	Python string   `json:"python"`
+	Helper string   `json:"helper"`
 }
 
 // maxZygoteMsg bounds one control message from a template.
@@ -347,6 +362,12 @@ func (r *Runtime) launchTemplate(ctx context.Context, cfg Config, done chan stru
 		r.templates = append(r.templates, t)
 		r.all = append(r.all, t)
 		r.zstats.Templates++
+		if t.helper != "" {
+			r.zstats.HelperTemplates++
+		}
+		if t.helper == "split" {
+			r.zstats.SplitTemplates++
+		}
 	}
 	r.tmu.Unlock()
 	if err != nil {
@@ -488,7 +509,8 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	go t.read(ready)
 	select {
 	case m := <-ready:
-		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "took", time.Since(t.started))
+		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "helper", m.Helper, "took", time.Since(t.started))
+		t.helper = m.Helper
 		if !r.noCgroups {
 			t.openProcs()
 		}
@@ -582,7 +604,11 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 	}
 	limits := cfg.Limits
 	limits.Pids = int64(r.zopts.Slots) + 16 // a child is here only until it joins its own cgroup
-	argv := append(kernel.Argv(kernel.ZygotePath), r.zopts.Warm...)
+	argv := kernel.Argv(kernel.ZygotePath)
+	if r.zopts.PythonFork {
+		argv = append(argv, "--python-fork")
+	}
+	argv = append(argv, r.zopts.Warm...)
 	opts := []SpecOpt{
 		WithRootfs(cfg.Rootfs),
 		WithHostname("zygote"),
@@ -708,26 +734,37 @@ type forkRequest struct {
 	Hostname      string              `json:"hostname"`
 	UserLimits    UserLimits          `json:"user_limits"`
 	Rlimits       map[string][2]int64 `json:"rlimits"`
-	Seccomp       string              `json:"seccomp"`
+	SeccompID     string              `json:"seccomp_id"`
+	Seccomp       string              `json:"seccomp,omitempty"`       // the program's BPF (hex), once per template
+	SeccompReset  bool                `json:"seccomp_reset,omitempty"` // the template forgets the programs it has first
 	Env           []string            `json:"env"`
 	Bridge        bool                `json:"bridge"` // a fifth descriptor: the bridge directory's detached mount
 }
 
-// compiledSeccomp caches each profile's BPF.
-var compiledSeccomp sync.Map // *specs.LinuxSeccomp → string (hex)
+// bpf is a profile's compiled program: its id (a hash of it) and the
+// program in hex, which a template is sent once.
+type bpf struct{ id, hex string }
 
-func bpfOf(p *specs.LinuxSeccomp) (string, error) {
+// compiledSeccomp caches each profile's BPF.
+var compiledSeccomp sync.Map // *specs.LinuxSeccomp → bpf
+
+func bpfOf(p *specs.LinuxSeccomp) (bpf, error) {
 	if v, ok := compiledSeccomp.Load(p); ok {
-		return v.(string), nil
+		return v.(bpf), nil
 	}
 	b, err := seccomp.Compile(p)
 	if err != nil {
-		return "", err
+		return bpf{}, err
 	}
-	h := hex.EncodeToString(b)
-	compiledSeccomp.Store(p, h)
-	return h, nil
+	sum := sha256.Sum256(b)
+	v := bpf{id: hex.EncodeToString(sum[:8]), hex: hex.EncodeToString(b)}
+	compiledSeccomp.Store(p, v)
+	return v, nil
 }
+
+// maxSentPrograms bounds the seccomp programs a template keeps: past it,
+// the next request resets its table.
+const maxSentPrograms = 32
 
 // defaultSeccomp is the default profile, resolved once: a child's config
 // that leaves Seccomp nil gets the same pointer, so its BPF is compiled once.
@@ -756,7 +793,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	req := forkRequest{
 		ID: id, UID: cfg.UID, IDsStart: uint32(slot) * t.block, IDsSize: t.block,
 		TmpSize: cfg.TmpSize, WorkspaceSize: cfg.WorkspaceSize, Hostname: "sandbox-" + id[len(id)-6:],
-		UserLimits: r.budgets, Seccomp: prog, Env: Env,
+		UserLimits: r.budgets, SeccompID: prog.id, Env: Env,
 		Rlimits: map[string][2]int64{"RLIMIT_NOFILE": {1024, 1024}, "RLIMIT_CORE": {0, 0}, "RLIMIT_FSIZE": {1 << 30, 1 << 30}},
 	}
 	if r.noCgroups {
@@ -780,11 +817,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		defer bridge.Close()
 		req.Bridge = true
 	}
-	msg, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	var pipes [4][2]*os.File // request, reply, stderr, go
+	var pipes [3][2]*os.File // request, reply, stderr
 	defer func() {
 		for _, p := range pipes {
 			for _, f := range p {
@@ -804,7 +837,21 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	reqR, reqW := pipes[0][0], pipes[0][1]
 	repR, repW := pipes[1][0], pipes[1][1]
 	errR, errW := pipes[2][0], pipes[2][1]
-	goR, goW := pipes[3][0], pipes[3][1]
+	// P's own socket: P writes a byte as its first step, which the kernel
+	// sends with P's credentials (SO_PASSCRED), its pid translated into
+	// forge's pid namespace; the host writes 'g' on it once P is in its
+	// cgroup. So the move waits neither for the template's reply nor for a
+	// search of /proc.
+	gofds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	goHost, goChild := os.NewFile(uintptr(gofds[0]), "zygote-go"), os.NewFile(uintptr(gofds[1]), "zygote-go-child")
+	defer goHost.Close()
+	defer goChild.Close()
+	if err := unix.SetsockoptInt(gofds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		return nil, err
+	}
 
 	t0 := time.Now()
 	// The cgroup is made while the template forks; the child joins it below.
@@ -829,18 +876,65 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		}
 		cgDone <- made{m, err}
 	}()
-	fds := []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), int(goR.Fd())}
+	// P's pid, then its move into the cgroup and 'g', while the template replies.
+	type started struct {
+		pid int
+		cg  made
+		err error
+	}
+	startDone := make(chan started, 1)
+	go func() {
+		pid, err := credPid(gofds[0])
+		cg := <-cgDone
+		if err == nil && cg.err != nil {
+			err = fmt.Errorf("cgroup of sandbox %s: %w", id, cg.err)
+		}
+		if err == nil && cg.m != nil {
+			for _, p := range cg.m.GetPaths() {
+				if err = occgroups.WriteCgroupProc(p, pid); err != nil {
+					err = fmt.Errorf("cgroup of sandbox %s: %w", id, err)
+					break
+				}
+			}
+		}
+		if err == nil {
+			if _, err = unix.Write(gofds[0], []byte{'g'}); err != nil {
+				err = fmt.Errorf("starting sandbox %s: %w", id, err)
+			}
+		}
+		startDone <- started{pid, cg, err}
+	}()
+	fds := []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), gofds[1]}
 	if bridge != nil {
 		fds = append(fds, int(bridge.Fd()))
 	}
-	reply, err := t.request(ctx, msg, fds)
+	reply, err := t.request(ctx, &req, prog, fds)
 	answered()
-	for _, f := range []*os.File{reqR, repW, errW, goR} {
+	for _, f := range []*os.File{reqR, repW, errW, goChild} {
 		f.Close()
 	}
-	pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][0] = nil, nil, nil, nil
-	cg := <-cgDone
+	pipes[0][0], pipes[1][1], pipes[2][1] = nil, nil, nil
+	tReply := time.Since(t0)
 	if err != nil {
+		// No P, or one that will not be known: the template closes its
+		// copy of P's socket, or is destroyed; this ends credPid too.
+		_ = unix.Shutdown(gofds[0], unix.SHUT_RDWR)
+	}
+	var st started
+	select {
+	case st = <-startDone:
+	case <-ctx.Done():
+		_ = unix.Shutdown(gofds[0], unix.SHUT_RDWR)
+		st = <-startDone
+		if st.err == nil {
+			st.err = ctx.Err() // with a reply: the sandbox made below is destroyed
+		}
+	}
+	cg := st.cg
+	if err != nil {
+		if st.pid > 0 {
+			_ = unix.Kill(st.pid, unix.SIGKILL) // in its pid namespace: all of it
+		}
 		if cg.m != nil {
 			_ = cg.m.Destroy()
 		}
@@ -871,23 +965,9 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	go func() { _, _ = io.Copy(s.stderr, errR); errR.Close() }()
 	pipes[2][0] = nil
 
-	tReply := time.Since(t0)
-	if k.hostPid, err = t.hostPid(k.tplPid); err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", id, err)
-	}
-	k.initPid = k.hostPid
-	if err := cg.err; err != nil {
-		return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
-	}
-	if s.cgm != nil {
-		for _, p := range s.cgm.GetPaths() {
-			if err := occgroups.WriteCgroupProc(p, k.hostPid); err != nil {
-				return nil, fmt.Errorf("cgroup of sandbox %s: %w", id, err)
-			}
-		}
-	}
-	if _, err := goW.Write([]byte{'g'}); err != nil {
-		return nil, fmt.Errorf("starting sandbox %s: %w", id, err)
+	k.hostPid, k.initPid = st.pid, st.pid
+	if st.err != nil {
+		return nil, fmt.Errorf("%w%s", st.err, s.stderrNote())
 	}
 	tRun := time.Since(t0)
 	hello, err := s.client.Hello(ctx)
@@ -896,7 +976,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	}
 	s.hello = hello
 	r.zstat(func(z *ZygoteStats) { z.Forks++ })
-	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "cgroup", tRun-tReply, "total", time.Since(t0))
+	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "started", tRun, "total", time.Since(t0))
 	return s, nil
 }
 
@@ -915,12 +995,18 @@ func (t *template) alive() bool {
 	}
 }
 
-// request sends one fork request with its descriptors and waits for the reply.
-func (t *template) request(ctx context.Context, msg []byte, fds []int) (zygoteMsg, error) {
+// request sends one fork request with its descriptors and waits for the
+// reply. The request carries the seccomp program's BPF only when the
+// template was not sent it before.
+func (t *template) request(ctx context.Context, req *forkRequest, prog bpf, fds []int) (zygoteMsg, error) {
 	t.forkMu.Lock()
 	defer t.forkMu.Unlock()
 	if !t.alive() {
 		return zygoteMsg{}, errTemplateGone
+	}
+	msg, err := t.message(req, prog)
+	if err != nil {
+		return zygoteMsg{}, err
 	}
 	if err := unix.Sendmsg(int(t.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0); err != nil {
 		return zygoteMsg{}, fmt.Errorf("%w: %w", errTemplateGone, err)
@@ -943,46 +1029,52 @@ func (t *template) request(ctx context.Context, msg []byte, fds []int) (zygoteMs
 	}
 }
 
-// hostPid finds the host pid of the template's child tplPid: its NSpid
-// line ends with tplPid and then 1 (P is pid 1 of its own namespace). The
-// kernel's children list skips an entry when a sibling exits while it is
-// read (siblings come and go at every fork), so a miss is tried again.
-func (t *template) hostPid(tplPid int) (int, error) {
-	tp, err := t.proc.Pid()
-	if err != nil {
-		return 0, err
-	}
-	for try := 1; ; try++ {
-		pid, err := t.findChild(tp, tplPid)
-		if err == nil || try == 10 {
-			return pid, err
+// message is the fork request as sent (under forkMu): with the BPF of its
+// seccomp program only if the template has not been sent it, which it is
+// counted as from here (a request that fails to reach the template ends
+// the template).
+func (t *template) message(req *forkRequest, prog bpf) ([]byte, error) {
+	req.Seccomp, req.SeccompReset = "", false
+	if !t.sent[prog.id] {
+		if t.sent == nil || len(t.sent) >= maxSentPrograms {
+			req.SeccompReset = t.sent != nil
+			t.sent = make(map[string]bool)
 		}
-		time.Sleep(time.Duration(try) * time.Millisecond)
+		req.Seccomp = prog.hex
+		t.sent[prog.id] = true
 	}
+	return json.Marshal(req)
 }
 
-func (t *template) findChild(tp, tplPid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", tp, tp))
-	if err != nil {
-		return 0, err
-	}
-	kids := strings.Fields(string(b))
-	for i := len(kids) - 1; i >= 0; i-- { // the newest child is listed last
-		f := kids[i]
-		st, err := os.ReadFile("/proc/" + f + "/status")
-		if err != nil {
+// credPid reads the byte P writes first on its socket and the pid the
+// kernel sent with it (SO_PASSCRED: P's, in forge's pid namespace).
+func credPid(fd int) (int, error) {
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(unix.SizeofUcred))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
+		if err == unix.EINTR {
 			continue
 		}
-		for _, line := range strings.Split(string(st), "\n") {
-			if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
-				ids := strings.Fields(rest)
-				if len(ids) >= 3 && ids[len(ids)-2] == strconv.Itoa(tplPid) && ids[len(ids)-1] == "1" {
-					return strconv.Atoi(f)
-				}
-			}
+		if err != nil {
+			return 0, fmt.Errorf("the sandbox's pid 1: %w", err)
 		}
+		if n != 1 || buf[0] != 'p' {
+			return 0, errors.New("the sandbox's pid 1 ended before it started")
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			return 0, fmt.Errorf("the sandbox's pid 1 sent no credentials (%d messages): %v", len(msgs), err)
+		}
+		cred, err := unix.ParseUnixCredentials(&msgs[0])
+		if err != nil {
+			return 0, fmt.Errorf("the sandbox's pid 1: %w", err)
+		}
+		if cred.Pid <= 1 {
+			return 0, fmt.Errorf("the sandbox's pid 1 has host pid %d", cred.Pid)
+		}
+		return int(cred.Pid), nil
 	}
-	return 0, fmt.Errorf("zygote template %s: no child with pid %d", t.id, tplPid)
 }
 
 // destroy kills the template and gives its ids back (children die with it).

@@ -468,3 +468,80 @@ func TestZygoteTemplates(t *testing.T) {
 		t.Errorf("stats %+v, want 2 templates, none retired", st)
 	}
 }
+
+// childState is what a zygote child's setup left, read from inside: its
+// pid 1 and the agent's credentials and seccomp, the mounts, the masked
+// and read-only /proc, the limits, hostname, loopback, cgroup namespace,
+// working directory, descriptors and environment.
+const childState = `import os, resource, socket, fcntl, struct
+def status(pid):
+    keep = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "NSpid")
+    return {k: v.split() for k, _, v in (l.partition(":") for l in open("/proc/%s/status" % pid)) if k in keep}
+out = {"pid1": status(1), "agent": status("self"), "pid1_exe": os.readlink("/proc/1/exe")}
+mounts = {}
+for line in open("/proc/self/mountinfo"):
+    f = line.split()
+    sep = f.index("-")
+    mounts[f[4]] = (f[5].split(",")[0], f[sep + 1], ",".join(o for o in f[sep + 3].split(",") if not o.startswith(("inode64", "uid=", "gid="))))
+out["mounts"] = sorted((k, v) for k, v in mounts.items() if k.startswith(("/proc", "/tmp", "/workspace", "/dev/shm", "/dev/mqueue", "/dev/pts", "/run")))
+try:
+    open("/proc/sys/kernel/hostname", "w").write("x"); out["proc_sys"] = "writable"
+except OSError as e:
+    out["proc_sys"] = e.errno
+out["rlimits"] = [resource.getrlimit(getattr(resource, r)) for r in ("RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_DATA")]
+out["user"] = sorted((n, open("/proc/sys/user/" + n).read().strip()) for n in os.listdir("/proc/sys/user"))
+out["hostname"] = socket.gethostname()[:8]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+out["lo"] = struct.unpack("16sh22x", fcntl.ioctl(s, 0x8913, struct.pack("16sh22x", b"lo", 0)))[1]
+s.close()
+out["cgroup"] = open("/proc/self/cgroup").read().count(":/\n")
+out["cwd"] = os.getcwd()
+out["env"] = sorted(os.environ.items())
+out["fds"] = sorted(int(f) for f in os.listdir("/proc/self/fd"))
+out["umask"] = os.umask(0o22)
+import threading, signal, time
+r = []
+t = threading.Thread(target=lambda: r.append(signal.pthread_kill(threading.main_thread().ident, 0)))
+t.start(); t.join()
+out["pthread_kill_main"] = r
+out["main_cpu_clock"] = time.clock_gettime(time.pthread_getcpuclockid(threading.main_thread().ident)) > 0
+print(repr(out))`
+
+// TestZygoteHelper: templates make their children with the C helper
+// (zfork.c) when forge is built with it, and a child made by it is set up
+// exactly as one made by the Python steps (ZygoteOptions.PythonFork):
+// credentials, no capabilities, no_new_privs, seccomp, mounts, the masked
+// /proc, limits, namespaces and descriptors read from inside are the same.
+func TestZygoteHelper(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	state := map[bool]string{}
+	for _, python := range []bool{false, true} {
+		rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
+			Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Slots: 2, Templates: 1, PythonFork: python}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close()
+		sb := startZygote(t, rt, root)
+		state[python] = execOK(t, sb, childState)
+		want := 1
+		if python {
+			want = 0
+		}
+		if st := rt.ZygoteStats(); st.HelperTemplates != want || st.SplitTemplates != want || st.Forks != 1 {
+			t.Errorf("PythonFork %t: stats %+v, want %d template(s) on the C helper", python, st, want)
+		}
+	}
+	if state[false] != state[true] {
+		t.Errorf("a child of the C helper differs from one of the Python steps:\nC:      %s\nPython: %s", state[false], state[true])
+	}
+	for _, want := range []string{"'CapBnd': ['0000000000000000']", "'CapEff': ['0000000000000000']", "'NoNewPrivs': ['1']",
+		"'Seccomp': ['2']", "'Uid': ['1000', '1000', '1000', '1000']", "'pid1_exe': '/opt/forge/agent/reaper'",
+		"'proc_sys': 30", "'cwd': '/workspace'", "('/proc/keys', ('rw'", "('/proc/acpi', ('ro', 'tmpfs'",
+		"'rlimits': [(1024, 1024), (0, 0)", "('/proc/sys', ('ro'", "'lo': 73", "'max_user_namespaces', '0'",
+		"'pthread_kill_main': [None]", "'main_cpu_clock': True"} {
+		if !strings.Contains(state[false], want) {
+			t.Errorf("a child of the C helper: no %s in %s", want, state[false])
+		}
+	}
+}

@@ -1,0 +1,368 @@
+/*
+ * forge-zfork: the steps of a zygote child P in C (see runtime/kernel/zygote.py, _fork_c).
+ *
+ * zygote.py loads this shared object with ctypes (PyDLL: the GIL stays held) and calls
+ * zfork(&req) for each fork. zfork makes the raw clone(2) with the namespace flags; in the
+ * template it returns P's pid (or -errno). In P, pid 1 of the new pid namespace, it runs every
+ * step of zygote.py's _init up to and including the seccomp load and the placement of the
+ * agent's descriptors, with no Python in between, then returns 0: the Python that follows in P
+ * only splits P into the reaper and the agent (agent._reap_as_init, a real fork). On a failure
+ * P writes the step and errno to its stderr pipe and exits 120, as the Python steps do.
+ *
+ * It is self-contained: -nostdlib, raw system calls, no libc symbol (the image's glibc may be
+ * any version), position-independent, built by `make build` and embedded in forge.
+ */
+
+typedef unsigned long u64;
+
+#if defined(__x86_64__)
+#define NR_READ 0
+#define NR_WRITE 1
+#define NR_CLOSE 3
+#define NR_IOCTL 16
+#define NR_SOCKET 41
+#define NR_CLONE 56
+#define NR_FCNTL 72
+#define NR_CHDIR 80
+#define NR_SETRESUID 117
+#define NR_SETRESGID 119
+#define NR_SETGROUPS 116
+#define NR_PRCTL 157
+#define NR_MOUNT 165
+#define NR_SETHOSTNAME 170
+#define NR_EXIT_GROUP 231
+#define NR_OPENAT 257
+#define NR_UNSHARE 272
+#define NR_DUP3 292
+#define NR_PRLIMIT64 302
+#define NR_RT_SIGPROCMASK 14
+#define NR_EXECVE 59
+#define NR_GETTID 186
+#elif defined(__aarch64__)
+#define NR_READ 63
+#define NR_WRITE 64
+#define NR_CLOSE 57
+#define NR_IOCTL 29
+#define NR_SOCKET 198
+#define NR_CLONE 220
+#define NR_FCNTL 25
+#define NR_CHDIR 49
+#define NR_SETRESUID 147
+#define NR_SETRESGID 149
+#define NR_SETGROUPS 159
+#define NR_PRCTL 167
+#define NR_MOUNT 40
+#define NR_SETHOSTNAME 161
+#define NR_EXIT_GROUP 94
+#define NR_OPENAT 56
+#define NR_UNSHARE 97
+#define NR_DUP3 24
+#define NR_PRLIMIT64 261
+#define NR_RT_SIGPROCMASK 135
+#define NR_EXECVE 221
+#define NR_GETTID 178
+#else
+#error "zfork: unsupported architecture"
+#endif
+#define NR_MOVE_MOUNT 429 /* the same number on every architecture */
+#define NR_CLOSE_RANGE 436
+
+#define EINTR 4
+#define ENOSYS 38
+#define AT_FDCWD (-100)
+#define O_RDONLY 0
+#define O_WRONLY 1
+#define O_RDWR 2
+#define O_CLOEXEC 02000000
+#define F_DUPFD 0
+#define MS_RDONLY 1
+#define MS_NOSUID 2
+#define MS_NODEV 4
+#define MS_NOEXEC 8
+#define MS_REMOUNT 32
+#define MS_BIND 4096
+#define MS_REC 16384
+#define MS_PRIVATE (1 << 18)
+#define MOVE_MOUNT_F_EMPTY_PATH 4
+#define CLONE_NEWCGROUP 0x02000000
+#define PR_CAPBSET_DROP 24
+#define PR_SET_SECCOMP 22
+#define PR_SET_NO_NEW_PRIVS 38
+#define SECCOMP_MODE_FILTER 2
+#define SIOCSIFFLAGS 0x8914
+#define IFF_UP 0x1
+#define IFF_LOOPBACK 0x8
+#define IFF_RUNNING 0x40
+#define SIGCHLD 17
+#define CLONE_CHILD_CLEARTID 0x00200000
+#define CLONE_CHILD_SETTID 0x01000000
+#define SIG_BLOCK 0
+/* The signals the reaper forwards to the agent: blocked across the split, as agent.py's
+ * _reap_as_init blocks them (SIGHUP 1, SIGINT 2, SIGQUIT 3, SIGUSR1 10, SIGUSR2 12, SIGTERM 15). */
+#define FORWARDED ((1UL << 0) | (1UL << 1) | (1UL << 2) | (1UL << 9) | (1UL << 11) | (1UL << 14))
+
+static long sys6(long n, long a, long b, long c, long d, long e, long f) {
+	long ret;
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+#else
+	register long x8 __asm__("x8") = n;
+	register long x0 __asm__("x0") = a;
+	register long x1 __asm__("x1") = b;
+	register long x2 __asm__("x2") = c;
+	register long x3 __asm__("x3") = d;
+	register long x4 __asm__("x4") = e;
+	register long x5 __asm__("x5") = f;
+	__asm__ volatile("svc 0"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			 : "memory", "cc");
+	ret = x0;
+#endif
+	return ret;
+}
+
+#define SC0(n) sys6(n, 0, 0, 0, 0, 0, 0)
+#define SC1(n, a) sys6(n, (long)(a), 0, 0, 0, 0, 0)
+#define SC2(n, a, b) sys6(n, (long)(a), (long)(b), 0, 0, 0, 0)
+#define SC3(n, a, b, c) sys6(n, (long)(a), (long)(b), (long)(c), 0, 0, 0)
+#define SC4(n, a, b, c, d) sys6(n, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
+#define SC5(n, a, b, c, d, e) sys6(n, (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
+
+/* One fork request, filled by zygote.py (ZReq there: keep the two in step). Lists of strings
+ * end with a NULL. Every field is 8 bytes wide. */
+struct zreq {
+	long nsflags; /* clone flags: the namespaces (SIGCHLD is added) */
+	long ctl_fd;  /* the template's control socket: closed in P */
+	long map_fd;  /* P waits for 'm' here: the template wrote its id maps */
+	long map_w_fd; /* the template's end of it: closed in P */
+	long req_fd, rep_fd, err_fd, go_fd, bridge_fd; /* the child's own (go_fd: its socket to the
+							* host); bridge_fd -1 without */
+	long uid;
+	long cap_last;
+	long nrlimits;
+	const long *rlimits; /* nrlimits triples: resource, soft, hard */
+	const char *tmp_opts, *workspace_opts, *hostname;
+	const char *const *masked_dirs, *const *masked_files, *const *readonly;
+	const char *const *ulimit_paths, *const *ulimit_values;
+	const void *fprog; /* struct sock_fprog of the child's seccomp profile */
+	long req_target, rep_target; /* where the agent wants its request and reply fds */
+	/* The split of P into the reaper (P, which execs reaper with reaper_argv and envp) and the
+	 * agent Q, which zfork returns 0 in. tid_addr is where glibc keeps the calling thread's tid
+	 * (struct pthread's tid, found by zygote.py), for the kernel to write Q's own into, as glibc's
+	 * fork does; 0 leaves the split to Python (zfork returns 0 in P then). */
+	int *tid_addr;
+	const char *reaper; /* exec'd as: reaper <the agent's pid> */
+	char *const *envp;
+};
+
+static long slen(const char *s) {
+	long n = 0;
+	while (s[n])
+		n++;
+	return n;
+}
+
+static void put(char *buf, long *at, const char *s) {
+	while (*s && *at < 200)
+		buf[(*at)++] = *s++;
+}
+
+/* fail reports the step and errno on the child's stderr pipe and exits as _init's failures do. */
+static void __attribute__((noreturn)) fail(long err_fd, const char *step, long ret) {
+	char buf[256], num[24];
+	long at = 0, n = 0;
+	u64 e = (u64)(-ret);
+	put(buf, &at, "zygote child (C): ");
+	put(buf, &at, step);
+	put(buf, &at, ": errno ");
+	do {
+		num[n++] = (char)('0' + e % 10);
+		e /= 10;
+	} while (e && n < 20);
+	while (n)
+		buf[at++] = num[--n];
+	buf[at++] = '\n';
+	SC3(NR_WRITE, err_fd, buf, at);
+	for (;;)
+		SC1(NR_EXIT_GROUP, 120);
+}
+
+#define CHECK_FD(fd, call, step)                                                                   \
+	do {                                                                                       \
+		long r_ = (call);                                                                  \
+		if (r_ < 0)                                                                        \
+			fail(fd, step, r_);                                                        \
+	} while (0)
+#define CHECK(call, step) CHECK_FD(q->err_fd, call, step)
+
+static long xmount(const char *src, const char *dst, const char *fs, long flags, const char *data) {
+	return SC5(NR_MOUNT, src, dst, fs, flags, data);
+}
+
+static long read1(long fd, char want) {
+	char c = 0;
+	long r;
+	do
+		r = SC3(NR_READ, fd, &c, 1);
+	while (r == -EINTR);
+	if (r < 0)
+		return r;
+	return (r == 1 && c == want) ? 0 : -1;
+}
+
+static long write_file(const char *path, const char *data) {
+	long fd = SC4(NR_OPENAT, AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0), r;
+	if (fd < 0)
+		return fd;
+	r = SC3(NR_WRITE, fd, data, slen(data));
+	SC1(NR_CLOSE, fd);
+	return r < 0 ? r : 0;
+}
+
+struct ifreq_flags {
+	char name[16];
+	short flags;
+	char pad[22];
+};
+
+static void child(const struct zreq *q) {
+	long i;
+	const char *const *p;
+	/* First: the host learns P's pid from the credentials the kernel sends with this byte. */
+	CHECK(SC3(NR_WRITE, q->go_fd, "p", 1), "write to the host");
+	SC1(NR_CLOSE, q->ctl_fd);
+	SC1(NR_CLOSE, q->map_w_fd);
+	if (read1(q->map_fd, 'm') != 0) /* the template wrote P's uid_map and gid_map */
+		for (;;)
+			SC1(NR_EXIT_GROUP, 121);
+	SC1(NR_CLOSE, q->map_fd);
+	CHECK(SC3(NR_SETRESGID, 0, 0, 0), "setresgid 0");
+	CHECK(SC3(NR_SETRESUID, 0, 0, 0), "setresuid 0");
+	/* While the host moves P into the sandbox's cgroup, P makes its mounts (no user code yet). */
+	CHECK(xmount(0, "/", 0, MS_REC | MS_PRIVATE, 0), "mount /");
+	CHECK(xmount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, 0), "mount /proc");
+	for (p = q->masked_dirs; *p; p++)
+		CHECK(xmount("tmpfs", *p, "tmpfs", MS_RDONLY, "size=0"), "mask a /proc directory");
+	for (p = q->masked_files; *p; p++)
+		CHECK(xmount("/dev/null", *p, 0, MS_BIND, 0), "mask a /proc file");
+	CHECK(xmount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, q->tmp_opts), "mount /tmp");
+	CHECK(xmount("tmpfs", "/workspace", "tmpfs", MS_NOSUID | MS_NODEV, q->workspace_opts), "mount /workspace");
+	CHECK(xmount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=65536k"), "mount /dev/shm");
+	CHECK(xmount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, 0), "mount /dev/mqueue");
+	CHECK(xmount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"), "mount /dev/pts");
+	if (q->bridge_fd >= 0) { /* code mode: the bridge directory, a detached mount made by the host */
+		CHECK(SC5(NR_MOVE_MOUNT, q->bridge_fd, "", AT_FDCWD, "/run/forge", MOVE_MOUNT_F_EMPTY_PATH), "move_mount /run/forge");
+		SC1(NR_CLOSE, q->bridge_fd);
+		CHECK(xmount(0, "/run/forge", 0, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, 0), "remount /run/forge");
+	}
+	CHECK(SC2(NR_SETHOSTNAME, q->hostname, slen(q->hostname)), "sethostname");
+	{
+		struct ifreq_flags ifr;
+		long s;
+		for (i = 0; i < (long)sizeof(ifr); i++)
+			((volatile char *)&ifr)[i] = 0;
+		ifr.name[0] = 'l';
+		ifr.name[1] = 'o';
+		ifr.flags = IFF_UP | IFF_LOOPBACK | IFF_RUNNING;
+		s = SC3(NR_SOCKET, 2 /* AF_INET */, 2 /* SOCK_DGRAM */ | O_CLOEXEC, 0);
+		CHECK(s, "socket");
+		CHECK(SC3(NR_IOCTL, s, SIOCSIFFLAGS, &ifr), "loopback up");
+		SC1(NR_CLOSE, s);
+	}
+	if (read1(q->go_fd, 'g') != 0) /* the host moved P into the sandbox's cgroup */
+		for (;;)
+			SC1(NR_EXIT_GROUP, 122);
+	SC1(NR_CLOSE, q->go_fd);
+	/* Only now: the cgroup namespace's root is the cgroup P is in when it is made. */
+	CHECK(SC1(NR_UNSHARE, CLONE_NEWCGROUP), "unshare cgroup");
+	for (i = 0; q->ulimit_paths[i]; i++) /* after the last namespace */
+		CHECK(write_file(q->ulimit_paths[i], q->ulimit_values[i]), "user limits");
+	for (p = q->readonly; *p; p++) { /* after the writes to /proc/sys */
+		CHECK(xmount(*p, *p, 0, MS_BIND | MS_REC, 0), "bind a /proc path");
+		CHECK(xmount(*p, *p, 0, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0),
+		      "remount a /proc path read-only");
+	}
+	for (i = 0; i < q->nrlimits; i++) {
+		u64 lim[2];
+		lim[0] = (u64)q->rlimits[3 * i + 1];
+		lim[1] = (u64)q->rlimits[3 * i + 2];
+		CHECK(SC4(NR_PRLIMIT64, 0, q->rlimits[3 * i], lim, 0), "setrlimit");
+	}
+	for (i = 0; i <= q->cap_last; i++)
+		CHECK(SC5(NR_PRCTL, PR_CAPBSET_DROP, i, 0, 0, 0), "drop the bounding set");
+	CHECK(SC2(NR_SETGROUPS, 0, 0), "setgroups");
+	CHECK(SC3(NR_SETRESGID, q->uid, q->uid, q->uid), "setresgid");
+	CHECK(SC3(NR_SETRESUID, q->uid, q->uid, q->uid), "setresuid"); /* every capability is gone */
+	CHECK(SC5(NR_PRCTL, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs");
+	CHECK(SC5(NR_PRCTL, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, q->fprog, 0, 0), "seccomp");
+	CHECK(SC1(NR_CHDIR, "/workspace"), "chdir /workspace");
+	{ /* the agent's descriptors: 0 and 1 /dev/null, 2 stderr, then requests and replies */
+		long hreq = SC3(NR_FCNTL, q->req_fd, F_DUPFD, 200), hrep, herr, null;
+		CHECK(hreq, "fcntl");
+		hrep = SC3(NR_FCNTL, q->rep_fd, F_DUPFD, 201);
+		CHECK(hrep, "fcntl");
+		herr = SC3(NR_FCNTL, q->err_fd, F_DUPFD, 202);
+		CHECK(herr, "fcntl");
+		null = SC4(NR_OPENAT, AT_FDCWD, "/dev/null", O_RDWR, 0);
+		CHECK(null, "open /dev/null");
+		CHECK(SC3(NR_DUP3, null, 0, 0), "dup");
+		CHECK(SC3(NR_DUP3, null, 1, 0), "dup");
+		CHECK(SC3(NR_DUP3, herr, 2, 0), "dup");
+		CHECK(SC3(NR_DUP3, hreq, q->req_target, 0), "dup");
+		CHECK(SC3(NR_DUP3, hrep, q->rep_target, 0), "dup");
+		{
+			long lo = q->rep_target + 1;
+			if (SC3(NR_CLOSE_RANGE, lo, ~0U, 0) < 0)
+				for (i = lo; i < 65536; i++)
+					SC1(NR_CLOSE, i);
+		}
+	}
+}
+
+/* split makes the agent Q, P's child, and turns P into the reaper; it returns in Q only. */
+static void split(const struct zreq *q) {
+	u64 set = FORWARDED;
+	long pid;
+	char num[24], *argv[3], *p = num + sizeof(num) - 1;
+	/* stderr is fd 2 now */
+	CHECK_FD(2, SC4(NR_RT_SIGPROCMASK, SIG_BLOCK, &set, 0, 8), "block the forwarded signals");
+#if defined(__x86_64__)
+	pid = SC5(NR_CLONE, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, q->tid_addr, 0);
+#else
+	pid = SC5(NR_CLONE, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, 0, q->tid_addr);
+#endif
+	if (pid == 0) { /* Q: the forwarded signals stay blocked until zygote.py unblocks them */
+		if (*(volatile int *)q->tid_addr != (int)SC0(NR_GETTID))
+			fail(2, "the agent's tid is not where the template found glibc's", -22);
+		return;
+	}
+	CHECK_FD(2, pid, "fork the agent");
+	SC1(NR_CLOSE, q->req_target); /* the host must see EOF on the replies when the agent dies */
+	SC1(NR_CLOSE, q->rep_target);
+	*p = 0;
+	do {
+		*--p = (char)('0' + pid % 10);
+		pid /= 10;
+	} while (pid);
+	argv[0] = (char *)q->reaper;
+	argv[1] = p;
+	argv[2] = 0;
+	CHECK_FD(2, SC3(NR_EXECVE, q->reaper, argv, q->envp), "exec the reaper");
+}
+
+__attribute__((visibility("default"))) long zfork(const struct zreq *q) {
+	long pid = SC5(NR_CLONE, q->nsflags | SIGCHLD, 0, 0, 0, 0);
+	if (pid != 0)
+		return pid; /* the template: P's pid, or -errno */
+	child(q);
+	if (q->tid_addr)
+		split(q);
+	return 0;
+}

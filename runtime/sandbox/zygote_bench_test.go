@@ -1,0 +1,120 @@
+package sandbox_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+)
+
+// BenchmarkZygoteHelper measures a zygote child made by the template's C
+// helper against one made by its Python steps (ZygoteOptions.PythonFork):
+// start, print(1), destroy, the two runtimes alternating, beside bare
+// `python3 -c 'print(1)'` from the same run. Per child: p50 latency, the
+// CPU its own cgroup was charged (from the move on), and the CPU of the
+// whole host per child (/proc/stat: forge, template, child, the kernel's
+// teardown, and whatever else runs on the host, the same for both).
+func BenchmarkZygoteHelper(b *testing.B) {
+	_, root := testenv.Runtime(b)
+	warm := profiles.Default().Pool.WarmModules
+	mk := func(python bool) *sandbox.Runtime {
+		rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
+			Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Warm: warm, PythonFork: python, Templates: 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { rt.Close() })
+		return rt
+	}
+	ctx := context.Background()
+	type side struct {
+		rt       *sandbox.Runtime
+		lat      []time.Duration
+		cg, host time.Duration
+	}
+	c, py := &side{rt: mk(false)}, &side{rt: mk(true)}
+	once := func(s *side, keep bool) {
+		h0 := hostCPU(b)
+		t0 := time.Now()
+		sb, err := s.rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits, ImageID: testenv.BaseImageID()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := sb.Exec(ctx, "print(1)", sandbox.ExecOptions{Timeout: 10 * time.Second})
+		if err != nil || r.Stdout != "1\n" {
+			b.Fatalf("exec: %v %+v", err, r)
+		}
+		u, err := sb.Usage()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := sb.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+		if keep {
+			s.lat = append(s.lat, time.Since(t0))
+			s.cg += u.CPUTime
+			s.host += hostCPU(b) - h0
+		}
+	}
+	once(c, false) // the templates start here
+	once(py, false)
+	if st := c.rt.ZygoteStats(); st.HelperTemplates != 1 {
+		b.Fatalf("the helper's runtime: %+v, want its template on the C helper", st)
+	}
+	if st := py.rt.ZygoteStats(); st.HelperTemplates != 0 {
+		b.Fatalf("the Python runtime: %+v, want no template on the C helper", st)
+	}
+	bare := median(20, func() {
+		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		once(c, true)
+		once(py, true)
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	n := time.Duration(b.N)
+	b.ReportMetric(ms(bare), "bare-python-ms")
+	b.ReportMetric(ms(pct(c.lat, 50)), "c-p50-ms")
+	b.ReportMetric(ms(pct(py.lat, 50)), "py-p50-ms")
+	b.ReportMetric(float64(pct(c.lat, 50))/float64(bare), "c-ratio")
+	b.ReportMetric(float64(pct(py.lat, 50))/float64(bare), "py-ratio")
+	b.ReportMetric(ms(c.cg/n), "c-child-cpu-ms")
+	b.ReportMetric(ms(py.cg/n), "py-child-cpu-ms")
+	b.ReportMetric(ms(c.host/n), "c-host-cpu-ms")
+	b.ReportMetric(ms(py.host/n), "py-host-cpu-ms")
+}
+
+// hostCPU is the CPU time every core of the host has spent busy so far.
+func hostCPU(t testing.TB) time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	var busy int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		if i >= 8 { // guest time is counted in user already
+			break
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		busy += n
+	}
+	return time.Duration(busy) * (time.Second / 100) // USER_HZ
+}

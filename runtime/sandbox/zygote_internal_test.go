@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestZygoteSeccompSentOnce: a template is sent a seccomp program's BPF
+// with the first fork request that uses it and only its id after that;
+// once it holds maxSentPrograms, the next new one resets its table.
+func TestZygoteSeccompSentOnce(t *testing.T) {
+	p, err := defaultSeccomp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := bpfOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prog.id == "" || len(prog.hex) < 100 {
+		t.Fatalf("program %q of %d hex digits", prog.id, len(prog.hex))
+	}
+	tpl := &template{}
+	send := func(b bpf) forkRequest {
+		t.Helper()
+		msg, err := tpl.message(&forkRequest{ID: "x", SeccompID: b.id}, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got forkRequest
+		if err := json.Unmarshal(msg, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if r := send(prog); r.Seccomp != prog.hex || r.SeccompID != prog.id || r.SeccompReset {
+		t.Fatalf("first request: seccomp %d digits, id %q, reset %t; want the program, its id, no reset", len(r.Seccomp), r.SeccompID, r.SeccompReset)
+	}
+	for i := 0; i < 3; i++ {
+		if r := send(prog); r.Seccomp != "" || r.SeccompID != prog.id {
+			t.Fatalf("request %d: %d hex digits sent again (id %q)", i+2, len(r.Seccomp), r.SeccompID)
+		}
+	}
+	for i := 1; i < maxSentPrograms; i++ {
+		other := bpf{id: fmt.Sprintf("other-%d", i), hex: "00"}
+		if r := send(other); r.Seccomp != "00" || r.SeccompReset {
+			t.Fatalf("program %d: %+v, want it sent without a reset", i, r)
+		}
+	}
+	if r := send(bpf{id: "one-too-many", hex: "11"}); r.Seccomp != "11" || !r.SeccompReset {
+		t.Fatalf("past %d programs: %+v, want the program with a reset", maxSentPrograms, r)
+	}
+	if r := send(prog); r.Seccomp != prog.hex || r.SeccompReset {
+		t.Fatalf("after the reset: the first program must be sent again (got %d digits, reset %t)", len(r.Seccomp), r.SeccompReset)
+	}
+}
+
+// TestZygoteCredPid: the host learns a child's pid 1 from the credentials
+// the kernel sends with its first byte (SO_PASSCRED), here a process's own
+// pid; a peer that closes first, or sends something else, is an error.
+func TestZygoteCredPid(t *testing.T) {
+	pair := func() [2]int {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+		return fds
+	}
+	cmd := exec.Command("/bin/sh", "-c", "printf p >&3; sleep 5")
+	fds := pair()
+	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(fds[1]), "peer")}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if pid, err := credPid(fds[0]); err != nil || pid != cmd.Process.Pid {
+		t.Errorf("credPid: %d, %v; want the writer's pid %d", pid, err, cmd.Process.Pid)
+	}
+	fds = pair()
+	unix.Close(fds[1])
+	if pid, err := credPid(fds[0]); err == nil {
+		t.Errorf("credPid of a closed peer: %d, want an error", pid)
+	}
+	fds = pair()
+	if _, err := unix.Write(fds[1], []byte{'x'}); err != nil {
+		t.Fatal(err)
+	}
+	if pid, err := credPid(fds[0]); err == nil {
+		t.Errorf("credPid of another byte: %d, want an error", pid)
+	}
+}
