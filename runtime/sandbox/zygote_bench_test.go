@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
@@ -26,13 +25,7 @@ func BenchmarkZygoteHelper(b *testing.B) {
 	_, root := testenv.Runtime(b)
 	warm := profiles.Default().Pool.WarmModules
 	mk := func(python bool) *sandbox.Runtime {
-		rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
-			Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Warm: warm, PythonFork: python, Templates: 1}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { rt.Close() })
-		return rt
+		return zygoteRuntime(b, sandbox.ZygoteOptions{Warm: warm, PythonFork: python, Templates: 1})
 	}
 	ctx := context.Background()
 	type side struct {

@@ -53,6 +53,19 @@ func TestZygoteMode(t *testing.T) {
 	t.Logf("zygote mode passed %d tests: %s", len(passed), strings.Join(passed, " "))
 }
 
+// zygoteRuntime is a zygote-mode runtime on the tests' state dir, closed
+// when tb ends (after the sandboxes started since, which startZygote
+// destroys first).
+func zygoteRuntime(tb testing.TB, z sandbox.ZygoteOptions) *sandbox.Runtime {
+	tb.Helper()
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(), Mode: sandbox.ModeZygote, Zygote: z})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { rt.Close() })
+	return rt
+}
+
 func startZygote(t testing.TB, rt *sandbox.Runtime, root string) *sandbox.Sandbox {
 	t.Helper()
 	sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
@@ -200,12 +213,7 @@ print(warm, random.random(), random.getrandbits(64), numpy.random.rand(), numpy.
 // made; the retired one is gone once its last child is.
 func TestZygoteRecycle(t *testing.T) {
 	_, root := testenv.Runtime(t)
-	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
-		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Forks: 3, Slots: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Forks: 3, Slots: 2})
 	var tpls []int
 	for i := 0; i < 4; i++ {
 		sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
@@ -354,12 +362,7 @@ func templateCgroups() []string {
 // children with it (they report it) and the next sandbox comes from a new one.
 func TestZygoteTemplateKilled(t *testing.T) {
 	_, root := testenv.Runtime(t)
-	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
-		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Slots: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 2})
 	a := startZygote(t, rt, root)
 	tpl := ppid(t, a.Pid())
 	if err := syscall.Kill(tpl, syscall.SIGKILL); err != nil {
@@ -388,12 +391,7 @@ func TestZygoteTemplateKilled(t *testing.T) {
 // on its timer, with no fork to notice it.
 func TestZygoteRetireByAge(t *testing.T) {
 	_, root := testenv.Runtime(t)
-	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
-		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{MaxAge: 2 * time.Second, Slots: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{MaxAge: 2 * time.Second, Slots: 2})
 	sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
 	if err != nil {
 		t.Fatal(err)
@@ -424,12 +422,7 @@ func TestZygoteRetireByAge(t *testing.T) {
 // start a second one, and children then come from both; never a third.
 func TestZygoteTemplates(t *testing.T) {
 	_, root := testenv.Runtime(t)
-	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
-		Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Slots: 8}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 8})
 	var mu sync.Mutex
 	parents := map[int]bool{}
 	for deadline := time.Now().Add(60 * time.Second); ; {
@@ -516,12 +509,7 @@ func TestZygoteHelper(t *testing.T) {
 	_, root := testenv.Runtime(t)
 	state := map[bool]string{}
 	for _, python := range []bool{false, true} {
-		rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(),
-			Mode: sandbox.ModeZygote, Zygote: sandbox.ZygoteOptions{Slots: 2, Templates: 1, PythonFork: python}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rt.Close()
+		rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 2, Templates: 1, PythonFork: python})
 		sb := startZygote(t, rt, root)
 		state[python] = execOK(t, sb, childState)
 		want := 1
