@@ -498,6 +498,11 @@ t = threading.Thread(target=lambda: r.append(signal.pthread_kill(threading.main_
 t.start(); t.join()
 out["pthread_kill_main"] = r
 out["main_cpu_clock"] = time.clock_gettime(time.pthread_getcpuclockid(threading.main_thread().ident)) > 0
+import ctypes
+head, size = ctypes.c_void_p(), ctypes.c_size_t()
+nr = {"x86_64": 274, "aarch64": 100}[os.uname().machine]  # get_robust_list
+rc = ctypes.CDLL(None, use_errno=True).syscall(nr, 0, ctypes.byref(head), ctypes.byref(size))
+out["robust_list"] = (rc, bool(head.value), size.value)
 print(repr(out))`
 
 // TestZygoteHelper: templates make their children with the C helper
@@ -527,7 +532,7 @@ func TestZygoteHelper(t *testing.T) {
 		"'Seccomp': ['2']", "'Uid': ['1000', '1000', '1000', '1000']", "'pid1_exe': '/opt/forge/agent/reaper'",
 		"'proc_sys': 30", "'cwd': '/workspace'", "('/proc/keys', ('rw'", "('/proc/acpi', ('ro', 'tmpfs'",
 		"'rlimits': [(1024, 1024), (0, 0)", "('/proc/sys', ('ro'", "'lo': 73", "'max_user_namespaces', '0'",
-		"'pthread_kill_main': [None]", "'main_cpu_clock': True"} {
+		"'pthread_kill_main': [None]", "'main_cpu_clock': True", "'robust_list': (0, True, 24)"} {
 		if !strings.Contains(state[false], want) {
 			t.Errorf("a child of the C helper: no %s in %s", want, state[false])
 		}

@@ -38,6 +38,8 @@ typedef unsigned long u64;
 #define NR_RT_SIGPROCMASK 14
 #define NR_EXECVE 59
 #define NR_GETTID 186
+#define NR_SET_ROBUST_LIST 273
+#define NR_GET_ROBUST_LIST 274
 #elif defined(__aarch64__)
 #define NR_READ 63
 #define NR_WRITE 64
@@ -61,6 +63,8 @@ typedef unsigned long u64;
 #define NR_RT_SIGPROCMASK 135
 #define NR_EXECVE 221
 #define NR_GETTID 178
+#define NR_SET_ROBUST_LIST 99
+#define NR_GET_ROBUST_LIST 100
 #else
 #error "zfork: unsupported architecture"
 #endif
@@ -326,6 +330,11 @@ static void child(const struct zreq *q) {
 	}
 }
 
+/* The template's robust-futex list (glibc's, in the calling thread's struct pthread), read
+ * before each clone: the agent registers it as its own. */
+static void *robust_head;
+static u64 robust_len;
+
 /* split makes the agent Q, P's child, and turns P into the reaper; it returns in Q only. */
 static void split(const struct zreq *q) {
 	u64 set = FORWARDED;
@@ -341,6 +350,11 @@ static void split(const struct zreq *q) {
 	if (pid == 0) { /* Q: the forwarded signals stay blocked until zygote.py unblocks them */
 		if (*(volatile int *)q->tid_addr != (int)SC0(NR_GETTID))
 			fail(2, "the agent's tid is not where the template found glibc's", -22);
+		/* A new process has no robust-futex list; glibc's fork registers the thread's own
+		 * (its struct pthread is the template's, copied), so the agent's is too. Its result
+		 * is ignored, as glibc ignores it. */
+		if (robust_head)
+			SC2(NR_SET_ROBUST_LIST, robust_head, robust_len);
 		return;
 	}
 	CHECK_FD(2, pid, "fork the agent");
@@ -358,7 +372,10 @@ static void split(const struct zreq *q) {
 }
 
 __attribute__((visibility("default"))) long zfork(const struct zreq *q) {
-	long pid = SC5(NR_CLONE, q->nsflags | SIGCHLD, 0, 0, 0, 0);
+	long pid;
+	if (q->tid_addr && SC3(NR_GET_ROBUST_LIST, 0, &robust_head, &robust_len) < 0)
+		robust_head = 0;
+	pid = SC5(NR_CLONE, q->nsflags | SIGCHLD, 0, 0, 0, 0);
 	if (pid != 0)
 		return pid; /* the template: P's pid, or -errno */
 	child(q);
