@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/runc/libcontainer"
@@ -38,6 +40,12 @@ func (r *Runtime) Cleanup(ctx context.Context) (CleanupReport, error) {
 		return rep, err
 	}
 	var errs []error
+	// First the processes left in the cgroups of dead owners: a zygote
+	// child of a paused session is frozen in its own cgroup, outside its
+	// template's, and its template's container cannot stop before it has.
+	for _, p := range r.orphanCgroups() {
+		releaseCgroup(p)
+	}
 	for _, e := range entries {
 		if !e.IsDir() || !proc.DeadOwner(e.Name()) {
 			continue
@@ -48,7 +56,7 @@ func (r *Runtime) Cleanup(ctx context.Context) (CleanupReport, error) {
 		}
 		rep.Sandboxes = append(rep.Sandboxes, e.Name())
 	}
-	cgs, err := r.cleanupCgroups()
+	cgs, err := removeCgroups(r.orphanCgroups()) // what the sandboxes' destroys left
 	rep.Cgroups = cgs
 	errs = append(errs, err)
 	// After the orphans are gone, so that their blocks are free. Right
@@ -91,34 +99,59 @@ func (r *Runtime) destroyOrphan(ctx context.Context, id string) error {
 	return nil
 }
 
-// cleanupCgroups removes empty leftover cgroups of dead owners under every
-// mounted hierarchy (v1 controllers, or the v2 unified tree).
-func (r *Runtime) cleanupCgroups() ([]string, error) {
+// orphanCgroups lists the cgroups of dead owners under every mounted
+// hierarchy (v1 controllers, or the v2 unified tree).
+func (r *Runtime) orphanCgroups() []string {
 	if r.noCgroups {
-		return nil, nil // the "forge" cgroups there are root's forge's
+		return nil // the "forge" cgroups there are root's forge's
 	}
-	var removed []string
-	var errs []error
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*" + r.cgroupBase)
 	if st, err := os.Stat("/sys/fs/cgroup" + r.cgroupBase); err == nil && st.IsDir() {
 		roots = append(roots, "/sys/fs/cgroup"+r.cgroupBase)
 	}
+	var out []string
 	for _, root := range roots {
 		entries, err := os.ReadDir(root)
 		if err != nil {
 			continue
 		}
 		for _, e := range entries {
-			if !e.IsDir() || !proc.DeadOwner(e.Name()) {
-				continue
+			if e.IsDir() && proc.DeadOwner(e.Name()) {
+				out = append(out, filepath.Join(root, e.Name()))
 			}
-			p := filepath.Join(root, e.Name())
-			if err := rmCgroup(p); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			removed = append(removed, p)
 		}
+	}
+	return out
+}
+
+// releaseCgroup kills what is left in the cgroup p of a dead owner, and
+// thaws it so that a frozen process can die: cgroup.kill on v2, else a
+// SIGKILL to every process it lists. Best effort: removeCgroups reports a
+// cgroup that stays busy.
+func releaseCgroup(p string) {
+	if err := os.WriteFile(filepath.Join(p, "cgroup.kill"), []byte("1"), 0); err != nil {
+		if b, err := os.ReadFile(filepath.Join(p, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					_ = unix.Kill(pid, unix.SIGKILL)
+				}
+			}
+		}
+	}
+	_ = os.WriteFile(filepath.Join(p, "freezer.state"), []byte("THAWED"), 0) // v1
+	_ = os.WriteFile(filepath.Join(p, "cgroup.freeze"), []byte("0"), 0)      // v2
+}
+
+// removeCgroups removes the (now empty) cgroups of dead owners.
+func removeCgroups(paths []string) ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, p := range paths {
+		if err := rmCgroup(p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, p)
 	}
 	return removed, errors.Join(errs...)
 }
