@@ -84,8 +84,7 @@ func rootlessZygoteCheck(cfg *profiles.Config, c *check) {
 	}
 	if err != nil {
 		c.Found = false
-		c.Detail = "zygote (sandbox.mode), refused rootless: " + strings.TrimPrefix(err.Error(), sandbox.ErrInvalidConfig.Error()+": ")
-		c.Disables = "every sandbox (forge refuses to start): use sandbox.mode: container, or give the user a subordinate range"
+		c.Detail = "zygote (sandbox.mode) cannot run rootless here, so sandboxes start as containers: " + err.Error()
 		return
 	}
 	held, herr := rootlessHeld()

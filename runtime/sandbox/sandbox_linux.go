@@ -174,9 +174,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, err
 		}
 		if r.rootless {
-			if err := r.rootlessZygote(opts.IDRange, opts.IDBlockSize); err != nil {
-				return nil, err
-			}
+			r.rootlessZygote(opts.IDRange, opts.IDBlockSize)
 		}
 	default:
 		return nil, fmt.Errorf("sandbox mode %q: must be %q or %q: %w", opts.Mode, ModeContainer, ModeZygote, ErrInvalidConfig)

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"testing"
@@ -96,5 +97,19 @@ func TestZygoteCredPid(t *testing.T) {
 	}
 	if pid, err := credPid(fds[0]); err == nil {
 		t.Errorf("credPid of another byte: %d, want an error", pid)
+	}
+}
+
+// TestTemplateLimitsFit: a template's per-user limits are a sandbox's
+// share times its slots, but never more than the kernel takes. In a rootless
+// forge's user namespace every limit reads INT_MAX, so a sandbox's share
+// times 27 slots overflowed it and the template failed to start (EINVAL).
+func TestTemplateLimitsFit(t *testing.T) {
+	r := &Runtime{zopts: ZygoteOptions{Slots: 27}, nested: 2,
+		budgets: UserLimits{"max_fanotify_marks": 80530636, "max_inotify_watches": 1000, "max_user_namespaces": 0}}
+	got := r.templateLimits()
+	want := UserLimits{"max_fanotify_marks": math.MaxInt32, "max_inotify_watches": 27000, "max_user_namespaces": 58}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("templateLimits = %v, want %v", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -118,35 +119,39 @@ func (o *ZygoteOptions) setDefaults() error {
 // gets for the asked ones, or why zygote mode cannot run. Each child needs
 // a block of its own, cut from the user's subordinate range. Without a
 // range every sandbox would run as the user's own uid, and children of one
-// template could signal and ptrace each other: zygote mode is refused.
-// With one, a template's slots shrink until two templates (a retiring one
-// and its successor) fit beside a few containers (hosted tools, builds).
+// template could signal and ptrace each other: zygote mode cannot run, and
+// sandboxes start as containers. With one, a template's slots shrink until
+// two templates (a retiring one and its successor) fit beside a few
+// containers (hosted tools, builds).
 func RootlessZygoteSlots(ids idmap.Range, block uint32, slots int) (int, error) {
 	if ids.Size == 0 || block == 0 {
-		return 0, fmt.Errorf("%w: sandbox.mode zygote needs a subordinate id range (/etc/subuid and /etc/subgid) in rootless mode: "+
-			"each child runs as host ids of its own, and without a range all of them would be the user's own uid, "+
-			"able to signal and ptrace one another; add a range for the user, or use sandbox.mode: container", ErrInvalidConfig)
+		return 0, errors.New("zygote mode needs a subordinate id range (/etc/subuid and /etc/subgid) in rootless mode: " +
+			"each child runs as host ids of its own, and without a range all of them would be the user's own uid, " +
+			"able to signal and ptrace one another; add a range for the user")
 	}
 	blocks := int(ids.Size / block)
 	fit := (blocks-max(2, blocks/8))/2 - 1
 	if fit < 1 {
-		return 0, fmt.Errorf("%w: sandbox.mode zygote: the user's subordinate range holds %d blocks of %d ids, too few for a template "+
+		return 0, fmt.Errorf("zygote mode: the user's subordinate range holds %d blocks of %d ids, too few for a template "+
 			"(it takes a block for itself and one per child slot, and a retiring template and its successor live at once); "+
-			"give the user a larger range in /etc/subuid and /etc/subgid, or use sandbox.mode: container", ErrInvalidConfig, blocks, block)
+			"give the user a larger range in /etc/subuid and /etc/subgid", blocks, block)
 	}
 	return min(slots, fit), nil
 }
 
-func (r *Runtime) rootlessZygote(ids idmap.Range, block uint32) error {
+// rootlessZygote fits zygote mode to a rootless forge, or falls back to
+// containers where it cannot hold its invariants (RootlessZygoteSlots).
+func (r *Runtime) rootlessZygote(ids idmap.Range, block uint32) {
 	slots, err := RootlessZygoteSlots(ids, block, r.zopts.Slots)
 	if err != nil {
-		return err
+		r.log.Warn("rootless: sandboxes start as containers (sandbox.mode zygote cannot run here; forge doctor)", "why", err)
+		r.mode = ModeContainer
+		return
 	}
 	if slots < r.zopts.Slots {
 		r.log.Info("rootless: zygote slots cut to fit the user's subordinate range", "slots", slots, "asked", r.zopts.Slots)
 		r.zopts.Slots = slots
 	}
-	return nil
 }
 
 // rlimitName names the rlimits of rlimitsFor for zygote.py.
@@ -644,6 +649,8 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 // templateLimits are the per-user kernel limits of a template's user
 // namespace, which every child's usage is charged to as well: a sandbox's
 // share times the slots, and namespaces for every child (each makes seven).
+// Each is at most what the kernel takes (an int: a larger one fails the
+// template's start with EINVAL).
 func (r *Runtime) templateLimits() UserLimits {
 	out := make(UserLimits, len(r.budgets))
 	slots := int64(r.zopts.Slots)
@@ -653,6 +660,7 @@ func (r *Runtime) templateLimits() UserLimits {
 		} else {
 			out[k] = v * slots
 		}
+		out[k] = min(out[k], math.MaxInt32)
 	}
 	return out
 }
@@ -1008,7 +1016,7 @@ func (t *template) request(ctx context.Context, req *forkRequest, prog bpf, fds 
 	if err != nil {
 		return zygoteMsg{}, err
 	}
-	if err := unix.Sendmsg(int(t.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0); err != nil {
+	if err := sendFds(t.ctl, msg, fds); err != nil {
 		return zygoteMsg{}, fmt.Errorf("%w: %w", errTemplateGone, err)
 	}
 	select {
@@ -1027,6 +1035,25 @@ func (t *template) request(ctx context.Context, req *forkRequest, prog bpf, fds 
 		go t.destroy()
 		return zygoteMsg{}, ctx.Err()
 	}
+}
+
+// sendFds sends msg with fds on the socket f. Through f's SyscallConn, so
+// a Close of f (its template's exit) waits for the send and never lets the
+// descriptor's number be reused under it.
+func sendFds(f *os.File, msg []byte, fds []int) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	oob := unix.UnixRights(fds...)
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), msg, oob, nil, 0)
+		return serr != unix.EAGAIN
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // message is the fork request as sent (under forkMu): with the BPF of its

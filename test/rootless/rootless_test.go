@@ -453,7 +453,7 @@ func TestRootlessWithoutSubordinateRange(t *testing.T) {
 	if !strings.Contains(doctor, `"sandbox ids (rootless)","found":false`) || !strings.Contains(doctor, "every sandbox runs as your own uid") {
 		t.Errorf("doctor does not say what a missing range weakens:\n%s", doctor)
 	}
-	zygoteRefused(t, u)
+	zygoteFallback(t, u)
 }
 
 // TestRootlessRefusedWithoutUserNamespaces runs the user's forge in a child
