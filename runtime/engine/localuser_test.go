@@ -249,8 +249,16 @@ func TestOtherLocalUser(t *testing.T) {
 	}
 
 	procs := sandboxProcs(t)
-	if len(procs) != 2 {
-		t.Fatalf("found the processes of %d sandboxes, want 2: %v", len(procs), procs)
+	// In zygote mode the sessions are children of a template (its cgroup's
+	// name ends in -z), which holds host ids of its own and is attacked too.
+	var templates []int
+	for cg, pids := range procs {
+		if strings.HasSuffix(cg, "-z") {
+			templates = append(templates, pids[0])
+		}
+	}
+	if len(procs)-len(templates) != 2 {
+		t.Fatalf("found the processes of %d sandboxes and %d zygote templates, want 2 sandboxes: %v", len(procs)-len(templates), len(templates), procs)
 	}
 	seen := map[uint64]string{}
 	var victim int
@@ -275,7 +283,9 @@ func TestOtherLocalUser(t *testing.T) {
 				t.Errorf("sandbox %s runs as host gid %d, inside %s's subordinate range %d-%d", cg, hg, owner, r[0], r[0]+r[1]-1)
 			}
 		}
-		victim = pids[len(pids)-1]
+		if !strings.HasSuffix(cg, "-z") {
+			victim = pids[len(pids)-1]
+		}
 	}
 
 	sock := bridgeSocket(t, victim)
@@ -293,8 +303,34 @@ func TestOtherLocalUser(t *testing.T) {
 	if err := os.WriteFile(script, []byte(attackPy), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	for _, target := range append([]int{victim}, templates...) {
+		res := attack(ctx, t, dir, script, sock, target, uid, gid, st)
+		t.Logf("attacker %s (uid %d) against socket owned by %d:%d and pid %d: %v", name, uid, st.Uid, st.Gid, target, res)
+		if res["became_owner"] == true {
+			t.Errorf("%s could become the socket's owner %d with its subordinate range %v", name, st.Uid, res["subuid"])
+		}
+		if res["connect"] == "ok" {
+			t.Errorf("%s connected to the session's bridge socket and got %q", name, res["reply"])
+		}
+		if res["kill"] == "ok" {
+			t.Errorf("%s killed sandbox process %d", name, target)
+		}
+	}
+	// Both sessions are untouched.
+	for _, id := range []string{"victim", "other"} {
+		res, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: `add(a=2, b=2)["sum"]`, SessionID: id, MCPTools: []string{"add"}})
+		if err != nil || !res.Success || fmt.Sprint(res.Result) != "4" || len(res.Notes) > 0 {
+			t.Errorf("session %s after the attack: %v %+v", id, err, res)
+		}
+	}
+}
+
+// attack runs attackPy as the second local user against the bridge socket
+// sock and the process target, and returns what it managed.
+func attack(ctx context.Context, t *testing.T, dir, script, sock string, target, uid, gid int, st syscall.Stat_t) map[string]any {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, "setpriv", fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", gid), "--init-groups",
-		systemPython, "-I", script, sock, strconv.Itoa(victim), fmt.Sprint(st.Uid), fmt.Sprint(st.Gid))
+		systemPython, "-I", script, sock, strconv.Itoa(target), fmt.Sprint(st.Uid), fmt.Sprint(st.Gid))
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	var stderr strings.Builder
@@ -307,21 +343,5 @@ func TestOtherLocalUser(t *testing.T) {
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("attacker output %q: %v", out, err)
 	}
-	t.Logf("attacker %s (uid %d) against socket owned by %d:%d: %v", name, uid, st.Uid, st.Gid, res)
-	if res["became_owner"] == true {
-		t.Errorf("%s could become the socket's owner %d with its subordinate range %v", name, st.Uid, res["subuid"])
-	}
-	if res["connect"] == "ok" {
-		t.Errorf("%s connected to the session's bridge socket and got %q", name, res["reply"])
-	}
-	if res["kill"] == "ok" {
-		t.Errorf("%s killed sandbox process %d", name, victim)
-	}
-	// Both sessions are untouched.
-	for _, id := range []string{"victim", "other"} {
-		res, err := eng.Execute(ctx, engine.Request{Principal: engine.LocalPrincipal, Code: `add(a=2, b=2)["sum"]`, SessionID: id, MCPTools: []string{"add"}})
-		if err != nil || !res.Success || fmt.Sprint(res.Result) != "4" || len(res.Notes) > 0 {
-			t.Errorf("session %s after the attack: %v %+v", id, err, res)
-		}
-	}
+	return res
 }
