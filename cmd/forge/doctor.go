@@ -124,11 +124,9 @@ func modeCheck(cfg *profiles.Config) check {
 	c := check{Name: "sandbox mode", Found: true, Disables: "zygote mode (sandboxes start as containers)"}
 	switch cfg.Sandbox.Mode {
 	case string(sandbox.ModeZygote):
-		c.Detail = fmt.Sprintf("zygote (sandbox.mode): each sandbox is forked from a warm template of its image, "+
-			"recycled after %d forks or %s", cfg.Sandbox.ZygoteForks, cfg.Sandbox.ZygoteMaxAge)
-		if len(cfg.MCPTools) > 0 {
-			c.Detail += "; mcp_tools is set, so sandboxes with code mode start as containers"
-		}
+		c.Detail = fmt.Sprintf("zygote (sandbox.mode, the default): each sandbox is forked from a warm template of its image, "+
+			"recycled after %d forks or %s; hosted tools, sandboxed MCP servers and builds start as containers",
+			cfg.Sandbox.ZygoteForks, cfg.Sandbox.ZygoteMaxAge)
 		n := strings.TrimSpace(readFile("/proc/sys/user/max_user_namespaces"))
 		if n == "" || n == "0" {
 			c.Found = false
@@ -138,8 +136,7 @@ func modeCheck(cfg *profiles.Config) check {
 			rootlessZygoteCheck(cfg, &c)
 		}
 	default:
-		c.Detail = "container (sandbox.mode): one libcontainer container per sandbox, the default until zygote mode " +
-			"has passed the whole sandbox and attack suites in CI"
+		c.Detail = "container (sandbox.mode): one libcontainer container per sandbox (zygote, the default, forks each from a warm template)"
 	}
 	return c
 }

@@ -41,13 +41,12 @@ func TestDoctorIDRange(t *testing.T) {
 // TestModeCheck: doctor names the sandbox mode that runs and why.
 func TestModeCheck(t *testing.T) {
 	cfg := profiles.Default()
-	if c := modeCheck(cfg); !c.Found || !strings.HasPrefix(c.Detail, "container (sandbox.mode)") {
-		t.Errorf("default config: %+v, want container mode named", c)
+	if c := modeCheck(cfg); !c.Found || !strings.HasPrefix(c.Detail, "zygote (sandbox.mode, the default)") ||
+		!strings.Contains(c.Detail, "after 1000 forks or 10m") || !strings.Contains(c.Detail, "builds start as containers") {
+		t.Errorf("default config: %+v, want zygote mode named, with its recycling and what stays a container", c)
 	}
-	cfg.Sandbox.Mode = "zygote"
-	cfg.MCPTools = map[string]profiles.MCPToolServer{"x": {}}
-	c := modeCheck(cfg)
-	if !strings.HasPrefix(c.Detail, "zygote (sandbox.mode)") || !strings.Contains(c.Detail, "code mode start as containers") {
-		t.Errorf("zygote with mcp_tools: %+v, want zygote named and the containers of code mode", c)
+	cfg.Sandbox.Mode = "container"
+	if c := modeCheck(cfg); !c.Found || !strings.HasPrefix(c.Detail, "container (sandbox.mode)") {
+		t.Errorf("sandbox.mode container: %+v, want container mode named", c)
 	}
 }

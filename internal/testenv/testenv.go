@@ -84,19 +84,29 @@ func Runtime(t testing.TB) (*sandbox.Runtime, string) {
 	return shared.rt, shared.fs.Path()
 }
 
-// ModeEnv set to "zygote" makes Engine's engines fork their sandboxes
-// from zygote templates (a package's tests run again in that mode).
+// ModeEnv set to a sandbox mode ("zygote" or "container") makes Engine's
+// engines make their sandboxes in that mode instead of the default's
+// (zygote): a package's tests run again in the other mode.
 const ModeEnv = "FORGE_TEST_SANDBOX_MODE"
 
-// RunInZygoteMode re-runs the test binary's tests matching run with
-// ModeEnv=zygote and fails t unless they all pass (at least min of them).
-func RunInZygoteMode(t *testing.T, run string, min int) {
+// Mode is the sandbox mode Engine's engines run in: ModeEnv's, else the
+// built-in configuration's.
+func Mode() sandbox.Mode {
+	if m := os.Getenv(ModeEnv); m != "" {
+		return sandbox.Mode(m)
+	}
+	return sandbox.Mode(profiles.Default().Sandbox.Mode)
+}
+
+// RunInMode re-runs the test binary's tests matching run with ModeEnv set
+// to mode and fails t unless they all pass (at least min of them).
+func RunInMode(t *testing.T, mode sandbox.Mode, run string, min int) {
 	t.Helper()
 	if os.Getenv(ModeEnv) != "" {
 		return // this is the run
 	}
 	cmd := exec.Command(os.Args[0], "-test.count=1", "-test.v", "-test.run="+run)
-	cmd.Env = append(os.Environ(), ModeEnv+"="+string(sandbox.ModeZygote))
+	cmd.Env = append(os.Environ(), ModeEnv+"="+string(mode))
 	out, err := cmd.CombinedOutput()
 	var passed []string
 	for _, line := range strings.Split(string(out), "\n") {
@@ -105,12 +115,12 @@ func RunInZygoteMode(t *testing.T, run string, min int) {
 		}
 	}
 	if err != nil {
-		t.Fatalf("the tests in zygote mode: %v\n%s", err, out)
+		t.Fatalf("the tests in %s mode: %v\n%s", mode, err, out)
 	}
 	if len(passed) < min {
-		t.Fatalf("in zygote mode only %d tests passed (%v), want at least %d\n%s", len(passed), passed, min, out)
+		t.Fatalf("in %s mode only %d tests passed (%v), want at least %d\n%s", mode, len(passed), passed, min, out)
 	}
-	t.Logf("zygote mode passed %d tests: %s", len(passed), strings.Join(passed, " "))
+	t.Logf("%s mode passed %d tests: %s", mode, len(passed), strings.Join(passed, " "))
 }
 
 // ZygoteRuntime is Runtime in zygote mode (a second runtime on the same
@@ -340,9 +350,7 @@ func EngineWith(t testing.TB, data bool, mutate func(*profiles.Config), opts eng
 	cfg := profiles.Default()
 	cfg.StateDir = testutil.StateDir(t)
 	cfg.Pool.Enabled = false
-	if os.Getenv(ModeEnv) == string(sandbox.ModeZygote) {
-		cfg.Sandbox.Mode = string(sandbox.ModeZygote)
-	}
+	cfg.Sandbox.Mode = string(Mode())
 	if mutate != nil {
 		mutate(cfg)
 	}

@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -62,11 +61,11 @@ s.sendall(json.dumps({"tool": "echo", "arguments": {"text": "x"}}).encode() + b"
 	checkZygoteChildren(t, eng)
 }
 
-// checkZygoteChildren fails a test run in zygote mode (TestZygoteMode) if a
+// checkZygoteChildren fails a test run in zygote mode (the default) if a
 // sandbox was started as a container instead of a zygote child.
 func checkZygoteChildren(t *testing.T, eng *engine.Engine) {
 	t.Helper()
-	if os.Getenv(testenv.ModeEnv) != string(sandbox.ModeZygote) {
+	if testenv.Mode() != sandbox.ModeZygote {
 		return
 	}
 	if st := eng.Runtime().ZygoteStats(); st.Forks == 0 || st.Fallbacks != 0 {

@@ -4,13 +4,15 @@ import (
 	"testing"
 
 	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
-// TestZygoteMode runs the session, hibernation, execution and code-mode
-// tests again with the engine's sandboxes forked from zygote templates: the
-// pool, sessions, hibernation and the bridge see a child as they see a
-// container. TestSecondPython makes children of the second Python's template
-// (Debian 13: another glibc under the C helper).
-func TestZygoteMode(t *testing.T) {
-	testenv.RunInZygoteMode(t, "^(TestSession.*|TestDocumentStateAndFiles|TestHibernation.*|TestCodeMode.*|TestSecondPython)$", 13)
+// TestContainerMode runs the session, hibernation, execution, code-mode and
+// outside-attack tests again with the engine's sandboxes made as containers
+// (sandbox.mode: container), as the rest of the suite runs in zygote mode,
+// the default: the pool, sessions, hibernation and the bridge see a child as
+// they see a container. TestSecondPython runs both of its images (Debian 13:
+// another glibc under zygote mode's C helper).
+func TestContainerMode(t *testing.T) {
+	testenv.RunInMode(t, sandbox.ModeContainer, "^(TestSession.*|TestDocumentStateAndFiles|TestHibernation.*|TestCodeMode.*|TestSecondPython|TestOtherLocalUser)$", 14)
 }
