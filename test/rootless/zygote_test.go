@@ -149,7 +149,7 @@ func checkZygote(t *testing.T, u *user, want string) (string, zygoteProbe) {
 		}
 	}
 	doctor, _, _ := u.try("--config", cfg, "doctor", "--json")
-	for _, w := range []string{`"sandbox mode","found":true`, "zygote (sandbox.mode)", "rootless: 4 children per template", want} {
+	for _, w := range []string{`"sandbox mode","found":true`, "zygote (sandbox.mode, the default)", "rootless: 4 children per template", want} {
 		if !strings.Contains(doctor, w) {
 			t.Errorf("doctor in zygote mode rootless does not say %s:\n%s", w, doctor)
 		}
