@@ -111,3 +111,68 @@ func hostCPU(t testing.TB) time.Duration {
 	}
 	return time.Duration(busy) * (time.Second / 100) // USER_HZ
 }
+
+// BenchmarkSessionCall measures a session's later call on the sandbox path
+// in both modes, alternating: resume, print(1), pause, as the session
+// manager does between calls. Per mode: the p50 of the whole call and of
+// each step, beside bare `python3 -c 'print(1)'`.
+func BenchmarkSessionCall(b *testing.B) {
+	crt, root := testenv.Runtime(b)
+	zrt := zygoteRuntime(b, sandbox.ZygoteOptions{Warm: profiles.Default().Pool.WarmModules, Templates: 1})
+	ctx := context.Background()
+	type side struct {
+		name                string
+		sb                  *sandbox.Sandbox
+		all, res, run, paus []time.Duration
+	}
+	var sides []*side
+	for _, m := range []struct {
+		name string
+		rt   *sandbox.Runtime
+	}{{"container", crt}, {"zygote", zrt}} {
+		sb, err := m.rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits, ImageID: testenv.BaseImageID()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = sb.Destroy() })
+		if err := sb.Pause(); err != nil {
+			b.Fatal(err)
+		}
+		sides = append(sides, &side{name: m.name, sb: sb})
+	}
+	bare := median(20, func() {
+		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for _, s := range sides {
+			t0 := time.Now()
+			if err := s.sb.Resume(); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			r, err := s.sb.Exec(ctx, "print(1)", sandbox.ExecOptions{Timeout: 10 * time.Second, KeepAlive: true})
+			if err != nil || r.Stdout != "1\n" {
+				b.Fatalf("%s: exec: %v %+v", s.name, err, r)
+			}
+			t2 := time.Now()
+			if err := s.sb.Pause(); err != nil {
+				b.Fatal(err)
+			}
+			t3 := time.Now()
+			s.all, s.res, s.run, s.paus = append(s.all, t3.Sub(t0)), append(s.res, t1.Sub(t0)), append(s.run, t2.Sub(t1)), append(s.paus, t3.Sub(t2))
+		}
+	}
+	b.StopTimer()
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(bare), "bare-python-ms")
+	for _, s := range sides {
+		b.ReportMetric(ms(pct(s.all, 50)), s.name+"-p50-ms")
+		b.ReportMetric(float64(pct(s.all, 50))/float64(bare), s.name+"-ratio")
+		b.ReportMetric(ms(pct(s.res, 50)), s.name+"-resume-ms")
+		b.ReportMetric(ms(pct(s.run, 50)), s.name+"-exec-ms")
+		b.ReportMetric(ms(pct(s.paus, 50)), s.name+"-pause-ms")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -1240,17 +1241,23 @@ func (k *zchild) kill(sig unix.Signal) error {
 // rewrites and rereads freezer.state in a busy loop until every task has
 // entered the refrigerator, so on a loaded host the host spins for as long
 // as the child's tasks wait to be scheduled (a pause in the pool's refills
-// took 6.7 ms p50 at load 5), on the cores those tasks need. Here the wait
-// sleeps, from 50 µs up, for at most about 200 ms, as libcontainer's 1000
-// rounds; then it thaws and fails, as libcontainer does (freezeLocked
-// retries).
+// took 6.7 ms p50 at load 5), on the cores those tasks need. Here the
+// first rounds only yield the processor (an idle child's tasks freeze within
+// a few of them: a sleep, even of 50 µs, costs about a millisecond when Go's
+// timers have to wake an idle thread, and a session call pauses its sandbox
+// before it answers); then the wait sleeps, from 50 µs up, for at most
+// about 200 ms, as libcontainer's 1000 rounds; then it thaws and fails, as
+// libcontainer does (freezeLocked retries).
+// freezeSpins is how many rounds freezeChild takes before it sleeps.
+const freezeSpins = 20
+
 func freezeChild(m occgroups.Manager) error {
 	if occgroups.IsCgroup2UnifiedMode() {
 		return m.Freeze(occgroups.Frozen)
 	}
 	dir := m.Path("freezer")
 	wait := 50 * time.Microsecond
-	for deadline := time.Now().Add(200 * time.Millisecond); ; {
+	for round, deadline := 0, time.Now().Add(200*time.Millisecond); ; round++ {
 		// Written again each round, as libcontainer does: a task that
 		// escaped one pass (forked meanwhile) is frozen by the next.
 		if err := occgroups.WriteFile(dir, "freezer.state", string(occgroups.Frozen)); err != nil {
@@ -1271,6 +1278,10 @@ func freezeChild(m occgroups.Manager) error {
 		if time.Now().After(deadline) {
 			_ = occgroups.WriteFile(dir, "freezer.state", string(occgroups.Thawed))
 			return errors.New("unable to freeze")
+		}
+		if round < freezeSpins {
+			runtime.Gosched()
+			continue
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Millisecond)
