@@ -18,11 +18,7 @@ import (
 // `python3 -c 'print(1)'` on the host from the same run.
 func BenchmarkCold(b *testing.B) {
 	rt, root := setup(b)
-	bare := median(20, func() {
-		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
-			b.Fatal(err)
-		}
-	})
+	bare := barePython(b)
 	ctx := context.Background()
 	var lat []time.Duration
 	cpu0 := processCPU()
@@ -58,6 +54,16 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// barePython is the median of 20 bare `python3 -c 'print(1)'` runs on the
+// host: the baseline each benchmark measures beside itself.
+func barePython(b testing.TB) time.Duration {
+	return median(20, func() {
+		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
 func median(n int, f func()) time.Duration {
 	var d []time.Duration
 	for i := 0; i < n; i++ {
@@ -81,11 +87,7 @@ func pct(d []time.Duration, p int) time.Duration {
 // session run costs after acquiring it: the round trip and the host's accounting of the
 // result), with bare `python3 -c 'print(1)'` from the same run as the baseline.
 func BenchmarkWarmExec(b *testing.B) {
-	bare := median(20, func() {
-		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
-			b.Fatal(err)
-		}
-	})
+	bare := barePython(b)
 	sb := start(b, sandbox.Config{Limits: defaultLimits})
 	ctx := context.Background()
 	var lat []time.Duration

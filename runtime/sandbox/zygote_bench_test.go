@@ -3,7 +3,6 @@ package sandbox_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,11 +65,7 @@ func BenchmarkZygoteHelper(b *testing.B) {
 	if st := py.rt.ZygoteStats(); st.HelperTemplates != 0 {
 		b.Fatalf("the Python runtime: %+v, want no template on the C helper", st)
 	}
-	bare := median(20, func() {
-		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
-			b.Fatal(err)
-		}
-	})
+	bare := barePython(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		once(c, true)
@@ -140,11 +135,7 @@ func BenchmarkSessionCall(b *testing.B) {
 		}
 		sides = append(sides, &side{name: m.name, sb: sb})
 	}
-	bare := median(20, func() {
-		if err := exec.Command("/usr/bin/python3", "-c", "print(1)").Run(); err != nil {
-			b.Fatal(err)
-		}
-	})
+	bare := barePython(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		for _, s := range sides {
