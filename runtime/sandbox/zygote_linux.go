@@ -949,7 +949,8 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		}
 		return nil, fmt.Errorf("forking sandbox %s: %w", id, err)
 	}
-	k.tplPid = reply.Pid
+	// Set before k is in t.kids, where a template's destroy reads them.
+	k.tplPid, k.hostPid, k.initPid = reply.Pid, st.pid, st.pid
 	s := &Sandbox{limits: cfg.Limits, id: id, rt: r, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10},
 		uid: cfg.UID, lease: t.leases[slot], cgroup: cgroupPath, child: k, started: t0, cgm: cg.m, bridgeDir: cfg.BridgeDir}
 	pipes[1][0], pipes[0][1] = nil, nil
@@ -974,7 +975,6 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	go func() { _, _ = io.Copy(s.stderr, errR); errR.Close() }()
 	pipes[2][0] = nil
 
-	k.hostPid, k.initPid = st.pid, st.pid
 	if st.err != nil {
 		return nil, fmt.Errorf("%w%s", st.err, s.stderrNote())
 	}
