@@ -264,7 +264,7 @@ func TestImageRemovedWhileInUse(t *testing.T) {
 	eng.Prewarm()
 	waitFor(t, "the pool to fill", time.Minute, func() bool {
 		st := eng.PoolStats()
-		return len(st) == 1 && st[0].Ready == 1
+		return len(st) == 1 && st[0].Ready >= 1 // a miss (the session's start) may have grown it
 	})
 
 	err = eng.Store().Remove(ctx, testenv.BaseImage)
