@@ -707,14 +707,21 @@ func (t *template) read(ready chan<- zygoteMsg) {
 	}
 }
 
-// dead ends every child still known: once the template's init is gone, the
-// kernel has killed its pid namespace, children included.
+// dead ends every child still known, once the template's control socket
+// has closed (its init is gone or going): the kernel kills the template's
+// pid namespace, children included, but a frozen child dies only once
+// thawed, which kill does.
 func (t *template) dead() {
 	t.mu.Lock()
 	kids := t.kids
 	t.kids = make(map[int]*zchild)
 	t.mu.Unlock()
 	for _, k := range kids {
+		// What ended is the child's channel, not the child: one paused in
+		// the pool is frozen in its own cgroup, and lives on (keeping the
+		// template's pid namespace from dying) until it is thawed. Its
+		// Destroy sees it exited and no longer kills it, so it dies here.
+		_ = k.kill(unix.SIGKILL)
 		k.exit(128 + int(unix.SIGKILL))
 	}
 }
