@@ -104,6 +104,40 @@ func TestExecuteWarm(t *testing.T) {
 	}
 }
 
+// TestRefillWaitsForRun: a run that took a pooled sandbox while others are
+// ready does not share the CPU with the start of its replacement; the refill
+// starts when the run ends. Stateless runs and a session's first call.
+func TestRefillWaitsForRun(t *testing.T) {
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		c.Pool.Enabled, c.Pool.Size = true, 2
+	})
+	eng.Prewarm()
+	for _, session := range []bool{false, true} {
+		waitPool(t, eng, 2)
+		hits := eng.PoolStats()[0].Hits
+		done := make(chan error, 1)
+		go func() {
+			_, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal,
+				NewSession: session, Code: "import time; time.sleep(0.4)"})
+			done <- err
+		}()
+		for eng.PoolStats()[0].Hits == hits {
+			time.Sleep(time.Millisecond)
+		}
+		// The hold lasts 500 ms from the take at most; a zygote child or a
+		// container would be ready well within the 250 ms looked at.
+		for end := time.Now().Add(250 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if st := eng.PoolStats()[0]; st.Ready+st.Starting > 1 {
+				t.Fatalf("session %t: the refill started while the run held its sandbox: %+v", session, st)
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		waitPool(t, eng, 2)
+	}
+}
+
 func TestRequestMemoryLimitWithPool(t *testing.T) {
 	eng := testenv.Engine(t, false, func(c *profiles.Config) {
 		c.Pool.Enabled, c.Pool.Size = true, 1
