@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
 // attackPy runs as another local user: it maps the subordinate range that
@@ -250,10 +251,10 @@ func TestOtherLocalUser(t *testing.T) {
 
 	procs := sandboxProcs(t)
 	// In zygote mode the sessions are children of a template (its cgroup's
-	// name ends in -z), which holds host ids of its own and is attacked too.
+	// name ends in sandbox.TemplateIDSuffix), which holds host ids of its own and is attacked too.
 	var templates []int
 	for cg, pids := range procs {
-		if strings.HasSuffix(cg, "-z") {
+		if strings.HasSuffix(cg, sandbox.TemplateIDSuffix) {
 			templates = append(templates, pids[0])
 		}
 	}
@@ -283,7 +284,7 @@ func TestOtherLocalUser(t *testing.T) {
 				t.Errorf("sandbox %s runs as host gid %d, inside %s's subordinate range %d-%d", cg, hg, owner, r[0], r[0]+r[1]-1)
 			}
 		}
-		if !strings.HasSuffix(cg, "-z") {
+		if !strings.HasSuffix(cg, sandbox.TemplateIDSuffix) {
 			victim = pids[len(pids)-1]
 		}
 	}

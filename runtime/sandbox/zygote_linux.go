@@ -449,10 +449,14 @@ func (t *template) release(slot int) {
 	}
 }
 
+// TemplateIDSuffix ends the id of every zygote template, and so the name of
+// its cgroup, and no sandbox's: tests that walk the cgroups tell them apart.
+const TemplateIDSuffix = "-z"
+
 // startTemplate starts the zygote container of cfg's image.
 func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, retErr error) {
 	n := r.zopts.Slots + 1
-	t := &template{rt: r, id: newID() + "-z", rootfs: cfg.Rootfs, block: r.ids.BlockSize(), started: time.Now(),
+	t := &template{rt: r, id: newID() + TemplateIDSuffix, rootfs: cfg.Rootfs, block: r.ids.BlockSize(), started: time.Now(),
 		stderr: &boundedBuffer{max: 64 << 10}, exited: make(chan struct{}), replies: make(chan zygoteMsg, 1), over: make(chan struct{}),
 		kids: make(map[int]*zchild), early: make(map[int]int)}
 	defer func() {

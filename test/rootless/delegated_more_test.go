@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
 // These run inside TestRootlessDelegatedCgroup, with its user, image
@@ -87,8 +88,8 @@ func sandboxCgroup(t *testing.T, parent string) string {
 	}
 	var dirs []string
 	for _, e := range ents {
-		// Beside a zygote template's (-z; zygote mode is the default).
-		if e.IsDir() && !strings.HasSuffix(e.Name(), "-z") {
+		// Beside a zygote template's (zygote mode is the default).
+		if e.IsDir() && !strings.HasSuffix(e.Name(), sandbox.TemplateIDSuffix) {
 			dirs = append(dirs, filepath.Join(parent, e.Name()))
 		}
 	}
