@@ -118,15 +118,15 @@ func TestRefillWaitsForRun(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			_, err := eng.Execute(context.Background(), engine.Request{Principal: engine.LocalPrincipal,
-				NewSession: session, Code: "import time; time.sleep(0.4)"})
+				NewSession: session, Code: "import time; time.sleep(1)"})
 			done <- err
 		}()
 		for eng.PoolStats()[0].Hits == hits {
 			time.Sleep(time.Millisecond)
 		}
-		// The hold lasts 500 ms from the take at most; a zygote child or a
-		// container would be ready well within the 250 ms looked at.
-		for end := time.Now().Add(250 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		// The hold lasts 500 ms from the take at most, the run 1 s; a zygote
+		// child or a container would be ready well within the 200 ms looked at.
+		for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 			if st := eng.PoolStats()[0]; st.Ready+st.Starting > 1 {
 				t.Fatalf("session %t: the refill started while the run held its sandbox: %+v", session, st)
 			}
