@@ -111,7 +111,8 @@ type slot struct {
 	sb      *sandbox.Sandbox
 	status  Status
 	readyAt time.Time
-	warm    bool // WarmModules imported
+	warm    bool   // WarmModules imported
+	mem     uint64 // its memory charge when it became ready (paused, it stays); 0 unknown
 }
 
 // move changes a slot's status, which must be from: a slot leaves Ready
@@ -137,7 +138,8 @@ type Stats struct {
 	Replaced   uint64 `json:"replaced"` // ready sandboxes found dead and replaced
 	Recycled   uint64 `json:"recycled"` // ready sandboxes retired at max idle age
 	StartErrs  uint64 `json:"start_errors"`
-	// IdleMemoryBytes is the mean memory charge of the ready sandboxes.
+	// IdleMemoryBytes is the mean memory charge of the ready sandboxes, each
+	// read when it became ready: paused, a sandbox's charge stays.
 	IdleMemoryBytes uint64 `json:"idle_memory_bytes"`
 	// Target is the size the pool fills to now: Size, or more after misses.
 	Target int    `json:"target"`
@@ -335,20 +337,16 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	st := p.stats
 	st.Ready, st.Starting, st.Target = len(p.ready), p.starting, p.sz.want(p.memPer)
-	ready := make([]*sandbox.Sandbox, 0, len(p.ready))
+	var sum, n uint64
 	for _, s := range p.ready {
-		ready = append(ready, s.sb)
 		if s.warm {
 			st.Warm++
 		}
-	}
-	p.mu.Unlock()
-	var sum, n uint64
-	for _, sb := range ready {
-		if m, err := sb.MemoryCurrent(); err == nil {
-			sum, n = sum+m, n+1
+		if s.mem > 0 {
+			sum, n = sum+s.mem, n+1
 		}
 	}
+	p.mu.Unlock()
 	if n > 0 {
 		st.IdleMemoryBytes = sum / n
 	}
@@ -426,11 +424,15 @@ func (p *Pool) reserveWarming() *slot {
 // finishWarming puts a warmed slot back (or destroys it after an error, or
 // when the pool closed meanwhile).
 func (p *Pool) finishWarming(s *slot, err error) {
+	var mem uint64
+	if err == nil {
+		mem = memoryOf(s.sb)
+	}
 	p.mu.Lock()
 	p.warming = false
 	if err == nil && !p.closed {
 		s.move(Warming, Ready)
-		s.warm = true
+		s.warm, s.mem = true, mem
 		p.ready = append(p.ready, s)
 		p.mu.Unlock()
 		return
@@ -467,6 +469,10 @@ func (p *Pool) unreserve() {
 // pauses it and adds it to the pool.
 func (p *Pool) fillOne() {
 	sb, warm, err := p.prepare()
+	var mem uint64
+	if err == nil {
+		mem = memoryOf(sb) // paused: what it holds while it waits
+	}
 	p.mu.Lock()
 	p.starting--
 	if err != nil && p.ctx.Err() != nil {
@@ -492,9 +498,9 @@ func (p *Pool) fillOne() {
 		_ = sb.Destroy()
 		return
 	}
-	p.ready = append(p.ready, &slot{sb: sb, status: Ready, readyAt: p.opts.Now(), warm: warm})
+	p.ready = append(p.ready, &slot{sb: sb, status: Ready, readyAt: p.opts.Now(), warm: warm, mem: mem})
+	p.fold(mem)
 	p.mu.Unlock()
-	p.measure(sb)
 	p.kick() // a full pool may warm what it holds unwarmed
 	p.log.Debug("sandbox ready in pool", "sandbox", sb.ID())
 }
@@ -549,15 +555,21 @@ func (p *Pool) warm(sb *sandbox.Sandbox, paused bool) error {
 	return nil
 }
 
-// measure folds a new ready sandbox's memory charge into the running mean
-// the memory budget is checked against.
-func (p *Pool) measure(sb *sandbox.Sandbox) {
+// memoryOf is sb's memory charge, 0 when unknown.
+func memoryOf(sb *sandbox.Sandbox) uint64 {
 	m, err := sb.MemoryCurrent()
-	if err != nil || m == 0 {
+	if err != nil {
+		return 0
+	}
+	return m
+}
+
+// fold folds a new ready sandbox's memory charge m into the running mean
+// the memory budget is checked against. p.mu held.
+func (p *Pool) fold(m uint64) {
+	if m == 0 {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.memPer == 0 {
 		p.memPer = m
 	} else {
