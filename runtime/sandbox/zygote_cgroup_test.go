@@ -75,6 +75,20 @@ func TestZygoteChildCgroup(t *testing.T) {
 	if filepath.Base(dir) != sb.ID() {
 		t.Fatalf("the child's pid 1 is in cgroup %s, want its own (%s)", dir, sb.ID())
 	}
+	if !unified() {
+		// Its own cgroup where its limits, usage, freezer and device rules
+		// are; its template's in the hierarchies a sandbox sets nothing in.
+		for _, c := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", "devices"} {
+			if d := hostCgroup(t, sb.Pid(), c); filepath.Base(d) != sb.ID() {
+				t.Errorf("the child's %s cgroup is %s, want its own", c, d)
+			}
+		}
+		for _, c := range []string{"cpuset", "blkio"} {
+			if d := hostCgroup(t, sb.Pid(), c); !strings.HasSuffix(d, sandbox.TemplateIDSuffix) {
+				t.Errorf("the child's %s cgroup is %s, want its template's", c, d)
+			}
+		}
+	}
 	mem := filepath.Join(dir, "memory.max")
 	if !unified() {
 		mem = filepath.Join(hostCgroup(t, sb.Pid(), "memory"), "memory.limit_in_bytes")
