@@ -11,6 +11,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -1012,22 +1013,39 @@ var childSubsystems = []string{"memory", "cpu", "cpuacct", "pids", "freezer", "d
 // childCgroup is the manager of a zygote child's cgroup cg: on v1 in the
 // childSubsystems only, on v2 its one cgroup.
 func childCgroup(cg *occgroups.Cgroup) (occgroups.Manager, error) {
-	m, err := manager.New(cg)
-	if err != nil || occgroups.IsCgroup2UnifiedMode() {
-		return m, err
+	if occgroups.IsCgroup2UnifiedMode() {
+		return manager.New(cg)
 	}
-	all, paths := m.GetPaths(), map[string]string{}
-	for _, name := range childSubsystems {
-		if p, ok := all[name]; ok {
-			paths[name] = p
-		}
+	roots, err := childRoots()
+	if err != nil {
+		return nil, err
 	}
-	if paths["devices"] == "" || paths["freezer"] == "" || paths["pids"] == "" {
-		// As libcontainer's own check: no devices cgroup is no sandbox.
-		return nil, fmt.Errorf("cgroup v1: no devices, freezer or pids hierarchy among %v", slices.Sorted(maps.Keys(all)))
+	paths := make(map[string]string, len(roots))
+	for name, root := range roots {
+		paths[name] = filepath.Join(root, cg.Path) // as libcontainer joins an absolute path
 	}
 	return manager.NewWithPaths(cg, paths)
 }
+
+// childRoots are the mount points of the childSubsystems' v1 hierarchies,
+// found once by libcontainer's own search.
+var childRoots = sync.OnceValues(func() (map[string]string, error) {
+	m, err := manager.New(&occgroups.Cgroup{Path: "/", Resources: &occgroups.Resources{}})
+	if err != nil {
+		return nil, err
+	}
+	all, roots := m.GetPaths(), map[string]string{}
+	for _, name := range childSubsystems {
+		if p, ok := all[name]; ok {
+			roots[name] = p
+		}
+	}
+	if roots["devices"] == "" || roots["freezer"] == "" || roots["pids"] == "" {
+		// As libcontainer's own check: no devices cgroup is no sandbox.
+		return nil, fmt.Errorf("cgroup v1: no devices, freezer or pids hierarchy among %v", slices.Sorted(maps.Keys(all)))
+	}
+	return roots, nil
+})
 
 func (r *Runtime) zstat(f func(*ZygoteStats)) {
 	r.tmu.Lock()
