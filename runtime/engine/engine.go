@@ -469,8 +469,8 @@ func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandb
 }
 
 // refillHold is how long at most a run holds back the refill of the pooled
-// sandbox it took (pool.Options.RefillHold): a print(1) took 2.9 ms beside
-// the start of its replacement and 1.5 ms without (forge bench, warm hit).
+// sandbox it took (pool.Options.RefillHold): a warm print(1) took 2.6 ms
+// beside the start of its replacement and 1.3 ms without (forge bench).
 // A pool left with no ready sandbox refills at once whatever the hold.
 const refillHold = 500 * time.Millisecond
 
