@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -78,7 +79,8 @@ func TestProgressRateAndBound(t *testing.T) {
 			t.Errorf("notification %d carries %d bytes of stdout, over %d", i, len(out), progressChunkCap)
 		}
 		// The server's own clock: the client's receipt times jitter under load.
-		if i > 0 && p-prev < progressInterval.Seconds() {
+		// In whole milliseconds, as sent: 1.05 - 0.8 is 0.2499... in floats.
+		if i > 0 && math.Round(p*1000)-math.Round(prev*1000) < float64(progressInterval.Milliseconds()) {
 			t.Errorf("notifications %d and %d sent only %.3f s apart", i-1, i, p-prev)
 		}
 		prev = p
