@@ -377,11 +377,11 @@ func orF(v, d float64) float64 {
 // *RefusedError.
 func (e *Engine) Execute(ctx context.Context, req Request) (*kernel.Result, error) {
 	start := time.Now()
-	mode, held := new(modeBox), new(heldRefill)
-	res, err := e.execute(withHeldRefill(withMode(ctx, mode), held), req)
-	held.release()
+	call := new(callBox)
+	res, err := e.execute(withCall(ctx, call), req)
+	call.releaseRefill()
 	err = refuse(err)
-	e.observe(req, mode.get(), start, res, err)
+	e.observe(req, call.get(), start, res, err)
 	return res, err
 }
 
@@ -474,39 +474,27 @@ func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandb
 // A pool left with no ready sandbox refills at once whatever the hold.
 const refillHold = 500 * time.Millisecond
 
-// heldRefill is the pool whose refill an Execute holds back until its run
-// ends (see refillHold).
-type heldRefill struct {
-	mu sync.Mutex
-	p  *pool.Pool
-}
-
-type heldRefillKey struct{}
-
-func withHeldRefill(ctx context.Context, h *heldRefill) context.Context {
-	return context.WithValue(ctx, heldRefillKey{}, h)
-}
-
 // holdRefill leaves the release of p's refill to the Execute of ctx, or
 // releases it at once outside one (a session made by WriteFile or a fork).
 func holdRefill(ctx context.Context, p *pool.Pool) {
-	if h, ok := ctx.Value(heldRefillKey{}).(*heldRefill); ok {
-		h.mu.Lock()
-		if h.p == nil {
-			h.p, p = p, nil
+	if b, ok := ctx.Value(callKey{}).(*callBox); ok {
+		b.mu.Lock()
+		if b.held == nil {
+			b.held, p = p, nil
 		}
-		h.mu.Unlock()
+		b.mu.Unlock()
 	}
 	if p != nil {
 		p.Release()
 	}
 }
 
-func (h *heldRefill) release() {
-	h.mu.Lock()
-	p := h.p
-	h.p = nil
-	h.mu.Unlock()
+// releaseRefill lets the pool whose refill the run held back refill.
+func (b *callBox) releaseRefill() {
+	b.mu.Lock()
+	p := b.held
+	b.held = nil
+	b.mu.Unlock()
 	if p != nil {
 		p.Release()
 	}

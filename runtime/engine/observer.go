@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/pool"
 )
 
 // Modes of an execution, as metrics label them.
@@ -41,23 +42,25 @@ type ExecutionStats struct {
 	Duration  time.Duration
 }
 
-// modeBox carries the mode out of the calls that learn it (the pool says
-// whether a sandbox was warm).
-type modeBox struct {
+// callBox carries out to Execute what the calls below it learn: the mode
+// (the pool says whether a sandbox was warm), and the pool whose refill the
+// run holds back (see holdRefill).
+type callBox struct {
 	mu   sync.Mutex
 	mode string
+	held *pool.Pool
 }
 
-type modeKey struct{}
+type callKey struct{}
 
-func withMode(ctx context.Context, b *modeBox) context.Context {
-	return context.WithValue(ctx, modeKey{}, b)
+func withCall(ctx context.Context, b *callBox) context.Context {
+	return context.WithValue(ctx, callKey{}, b)
 }
 
 // setMode records m unless a mode is already known (a session's sandbox
 // may come from the pool: it stays a session call).
 func setMode(ctx context.Context, m string) {
-	if b, ok := ctx.Value(modeKey{}).(*modeBox); ok {
+	if b, ok := ctx.Value(callKey{}).(*callBox); ok {
 		b.mu.Lock()
 		if b.mode == "" {
 			b.mode = m
@@ -66,7 +69,7 @@ func setMode(ctx context.Context, m string) {
 	}
 }
 
-func (b *modeBox) get() string {
+func (b *callBox) get() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.mode
