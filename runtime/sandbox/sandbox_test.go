@@ -306,6 +306,38 @@ func TestPauseResumeAndLimits(t *testing.T) {
 	}
 }
 
+// TestDestroyPaused: a paused sandbox, with a process of its own besides
+// the agent, dies whole when destroyed (a frozen task takes a SIGKILL only
+// once thawed), and leaves neither a process nor its cgroup.
+func TestDestroyPaused(t *testing.T) {
+	rt, root := setup(t)
+	ctx := context.Background()
+	sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sb.Exec(ctx, "import subprocess\nsubprocess.Popen(['sleep', '600']).pid", sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil || r.Error != nil {
+		t.Fatalf("starting a background process: %v %+v", err, r)
+	}
+	if err := sb.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	pid, dir := sb.Pid(), sandboxCgroupDir(sb.ID())
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the paused sandbox has no cgroup at %s: %v", dir, err)
+	}
+	if err := sb.Destroy(); err != nil {
+		t.Fatalf("Destroy of a paused sandbox: %v", err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); !os.IsNotExist(err) {
+		t.Errorf("the paused sandbox's pid 1 (%d) is left after Destroy (%v)", pid, err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the paused sandbox's cgroup %s is left after Destroy (%v)", dir, err)
+	}
+}
+
 func TestWorkspaceFiles(t *testing.T) {
 	ctx := context.Background()
 	sb := start(t, sandbox.Config{Limits: defaultLimits})

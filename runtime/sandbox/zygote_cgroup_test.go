@@ -76,17 +76,22 @@ func TestZygoteChildCgroup(t *testing.T) {
 		t.Fatalf("the child's pid 1 is in cgroup %s, want its own (%s)", dir, sb.ID())
 	}
 	if !unified() {
-		// Its own cgroup where its limits, usage, freezer and device rules
-		// are; its template's in the hierarchies a sandbox sets nothing in.
-		for _, c := range []string{"memory", "cpu", "cpuacct", "pids", "freezer", "devices"} {
+		// Its own cgroup where its limits, usage and freezer are; its
+		// template's in the hierarchies a sandbox sets nothing in, and in
+		// devices, where the template's cgroup has a container's rules.
+		for _, c := range []string{"memory", "cpu", "cpuacct", "pids", "freezer"} {
 			if d := hostCgroup(t, sb.Pid(), c); filepath.Base(d) != sb.ID() {
 				t.Errorf("the child's %s cgroup is %s, want its own", c, d)
 			}
 		}
-		for _, c := range []string{"cpuset", "blkio"} {
+		for _, c := range []string{"cpuset", "blkio", "devices"} {
 			if d := hostCgroup(t, sb.Pid(), c); !strings.HasSuffix(d, sandbox.TemplateIDSuffix) {
 				t.Errorf("the child's %s cgroup is %s, want its template's", c, d)
 			}
+		}
+		rules := readFile(filepath.Join(hostCgroup(t, sb.Pid(), "devices"), "devices.list"))
+		if strings.Contains(rules, "a *:* rwm") || !strings.Contains(rules, "c 1:3 rwm") {
+			t.Errorf("the child's devices cgroup allows %q, want a container's rules (/dev/null, not all)", rules)
 		}
 	}
 	mem := filepath.Join(dir, "memory.max")
