@@ -41,6 +41,20 @@ func (r *RootFS) Release() error {
 	return err
 }
 
+// Retain is another holder of the same mount, for a use that may outlast
+// this one; it is released on its own. It is nil once this holder's mount
+// is gone (released by every holder, or the store closed).
+func (r *RootFS) Retain() *RootFS {
+	s := r.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.mounts[r.mount.image.ID] != r.mount {
+		return nil
+	}
+	r.mount.refs++
+	return &RootFS{store: s, mount: r.mount}
+}
+
 // sharedMount is one overlay mount: lowerdir=skeleton:image.
 type sharedMount struct {
 	image Image

@@ -199,11 +199,25 @@ func TestImportAcquireRead(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(r2.Path(), "etc/hello.txt")); err != nil {
 		t.Errorf("after one of two releases: %v", err)
 	}
+	// Retain is a holder of its own: the mount outlasts the one it came from.
+	r3 := r2.Retain()
+	if r3 == nil || r3.Path() != r2.Path() {
+		t.Fatalf("Retain: got %v, want a holder of %s", r3, r2.Path())
+	}
 	if err := r2.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(r3.Path(), "etc/hello.txt")); err != nil {
+		t.Errorf("a retained holder after its origin's release: %v", err)
+	}
+	if err := r3.Release(); err != nil {
 		t.Fatal(err)
 	}
 	if mps, _ := mountsUnder(filepath.Join(s.stateDir, "run")); len(mps) != 0 {
 		t.Errorf("after the last release: mounts left %v", mps)
+	}
+	if r4 := r3.Retain(); r4 != nil {
+		t.Errorf("Retain of a holder whose mount is gone: %v, want nil", r4)
 	}
 
 	if got := listDir(t, "/var/tmp"); got != varTmp {

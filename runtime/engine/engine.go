@@ -518,6 +518,17 @@ func (e *Engine) startSandbox(ctx context.Context, image string, binds ...sandbo
 		}
 		cfg.BridgeDir = bridgeDir
 	}
+	cfg.Pin = func() func() {
+		h := fs.Retain()
+		if h == nil {
+			return func() {}
+		}
+		return func() {
+			if err := h.Release(); err != nil {
+				e.log.Warn("releasing rootfs", "image", image, "err", err)
+			}
+		}
+	}
 	cfg.OnDestroy = func() {
 		// Every way a sandbox ends (stateless run, pool recycling, session
 		// hibernated, lost or destroyed, shutdown) comes through here.

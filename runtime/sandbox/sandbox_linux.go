@@ -398,6 +398,10 @@ type Config struct {
 	// names it). When set, the agent runs from bytecode compiled once for the
 	// image (see agentArgv) instead of compiling agent.py at every start.
 	ImageID string
+	// Pin, when set, takes another hold on Rootfs for a use of it that may
+	// outlast this sandbox (a zygote template that starts in the
+	// background); the function it returns lets go of it.
+	Pin func() (unpin func())
 	// OnDestroy runs exactly once after the sandbox is destroyed, or when
 	// Start fails (releasing the image mount it used, for instance).
 	OnDestroy func()

@@ -361,8 +361,16 @@ func (r *Runtime) startTemplateAsync(cfg Config) {
 	r.starting[cfg.Rootfs] = done
 	r.bgStarts.Add(1) // under tmu: closeTemplates waits for it
 	r.tmu.Unlock()
+	// The rootfs is held for the start: the sandbox whose fork began it may
+	// be destroyed first, and its image unmounted with it (pivot_root of
+	// the template then failed, at every shutdown that caught a start).
+	unpin := func() {}
+	if cfg.Pin != nil {
+		unpin = cfg.Pin()
+	}
 	go func() {
 		defer r.bgStarts.Done()
+		defer unpin()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if _, err := r.launchTemplate(ctx, cfg, done); err != nil {

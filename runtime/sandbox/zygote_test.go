@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -420,18 +421,25 @@ func TestZygoteRetireByAge(t *testing.T) {
 
 // TestZygoteTemplates: starts that find the image's template busy forking
 // start a second one, and children then come from both; never a third.
+// The second starts in the background with the rootfs pinned (Config.Pin),
+// and lets go of it once started.
 func TestZygoteTemplates(t *testing.T) {
 	_, root := testenv.Runtime(t)
 	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 8})
 	var mu sync.Mutex
 	parents := map[int]bool{}
+	var pins, unpins atomic.Int32
+	pin := func() func() {
+		pins.Add(1)
+		return func() { unpins.Add(1) }
+	}
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
+				sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits, Pin: pin})
 				if err != nil {
 					t.Error(err)
 					return
@@ -459,6 +467,12 @@ func TestZygoteTemplates(t *testing.T) {
 	}
 	if st := rt.ZygoteStats(); st.Templates != 2 || st.Retired != 0 {
 		t.Errorf("stats %+v, want 2 templates, none retired", st)
+	}
+	for deadline := time.Now().Add(5 * time.Second); unpins.Load() != pins.Load() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p, u := pins.Load(), unpins.Load(); p != 1 || u != 1 {
+		t.Errorf("the rootfs was pinned %d times and unpinned %d times, want once each (for the background start)", p, u)
 	}
 }
 
