@@ -354,6 +354,8 @@ def _load_helper():
     h = ctypes.PyDLL(HELPER)  # the GIL stays held: the template is one thread, and so is P
     h.zfork.restype = ctypes.c_long
     h.zfork.argtypes = [ctypes.c_void_p]
+    h.zserve.restype = ctypes.c_long
+    h.zserve.argtypes = [ctypes.c_void_p]
     _helper = h
     _tid_addr = _find_tid()
 
@@ -460,6 +462,8 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
              ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
              fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD,
              tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(_cache(("e",) + tuple(req["env"]), lambda: _strv(req["env"]))))
+    global _last
+    _last = (q, req, program, ulimits, rlimits, _fixed)  # what q points to, kept alive with it
     delay, waited = 0.002, 0.0
     while True:  # ENOSPC: as in _clone
         if _tid_addr:  # the agent is a copy of this interpreter, taken by P: as os.fork does
@@ -539,6 +543,82 @@ def _send(ctl, obj):
     ctl.send(json.dumps(obj).encode())
 
 
+class ZLoop(ctypes.Structure):
+    """struct zloop of zfork.c: keep the two in step."""
+    _fields_ = [("ctl_fd", _L), ("wake_fd", _L), ("q", _P), ("ids_size", _L),
+                ("buf", _P), ("bufsize", _L), ("msglen", _L), ("fds", ctypes.c_int * 8), ("nfds", _L),
+                ("before_fork", _P), ("after_fork_parent", _P), ("forks", _L),
+                ("id", ctypes.c_char * 64), ("hostname", ctypes.c_char * 64)]
+
+
+_last = None  # the ZReq of the last fork by _clone_c, with what it points to
+_fast = None  # the same for the request shape zserve forks (the host sends the rest: fastRequest)
+_loop = None
+
+
+def _handle(ctl, msg, fds):
+    """One message from the host, with the descriptors that came with it: a fork request."""
+    global _fast
+    req = None
+    try:
+        if _loop is not None:  # a request of a new shape: zserve forks none until it succeeds
+            _loop.q, _fast = None, None
+        req = json.loads(msg)
+        program = _program(req)  # first: the host counts it sent
+        want = 5 if req.get("bridge") else 4
+        if len(fds) != want:
+            raise OSError("fork request with %d descriptors, want %d" % (len(fds), want))
+        pid = _fork(req, fds, program)
+        if _loop is not None and _last is not None and _last[1] is req:
+            _fast = _last
+            _loop.q, _loop.ids_size = ctypes.addressof(_fast[0]), req["ids_size"]
+        _send(ctl, {"op": "forked", "id": req["id"], "pid": pid})
+    except Exception as e:
+        _send(ctl, {"op": "forked", "id": req.get("id") if isinstance(req, dict) else None,
+                    "error": "%s: %s" % (type(e).__name__, e)})
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _reap(ctl):
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        _send(ctl, {"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _serve_c(ctl, wake_r):
+    """The request loop in C (zfork.c's zserve): it forks the children of the shape the last
+    request Python served registered, from the few fields the host sends (fastRequest), and
+    reports exits, without Python; every other message comes back here."""
+    global _loop
+    buf = ctypes.create_string_buffer(1 << 16)
+    _loop = ZLoop(ctl_fd=CTL_FD, wake_fd=wake_r, buf=ctypes.addressof(buf), bufsize=len(buf),
+                  before_fork=ctypes.cast(_before_fork, ctypes.c_void_p).value,
+                  after_fork_parent=ctypes.cast(_after_fork_parent, ctypes.c_void_p).value)
+    while True:
+        r = _helper.zserve(ctypes.addressof(_loop))
+        if r == 0:  # Q, forked by zserve
+            try:
+                _agent_c(_fast[1])
+            except BaseException as e:
+                try:
+                    os.write(2, ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
+                finally:
+                    os._exit(120)
+            os._exit(120)
+        if r == 2:
+            os._exit(0)  # the host closed its end
+        if r < 0:
+            raise OSError(-r, "zygote request loop: " + os.strerror(-r))
+        _handle(ctl, buf.raw[:_loop.msglen], list(_loop.fds[:_loop.nfds]))
+
+
 def serve():
     ctl = socket.socket(fileno=CTL_FD)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -556,6 +636,8 @@ def serve():
     gc.freeze()  # children share the heap; the collector must not write to it
     _send(ctl, {"op": "ready", "pid": os.getpid(), "warm": warmed,
                 "python": "%d.%d.%d" % sys.version_info[:3], "helper": "" if _helper is None else "split" if _tid_addr else "setup"})
+    if _helper is not None and _tid_addr:
+        _serve_c(ctl, wake_r)
     fdsize = socket.CMSG_SPACE(8 * struct.calcsize("i"))
     while True:
         ready, _, _ = select.select([ctl, wake_r], [], [])
@@ -564,35 +646,16 @@ def serve():
                 os.read(wake_r, 4096)
             except BlockingIOError:
                 pass
-            while True:
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                _send(ctl, {"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+            _reap(ctl)
         if ctl in ready:
             msg, anc, _, _ = ctl.recvmsg(1 << 16, fdsize)
             if not msg:
                 os._exit(0)  # the host closed its end
-            fds, req = [], None
+            fds = []
             for level, kind, data in anc:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.extend(struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4]))
-            try:
-                req = json.loads(msg)
-                program = _program(req)  # first: the host counts it sent
-                want = 5 if req.get("bridge") else 4
-                if len(fds) != want:
-                    raise OSError("fork request with %d descriptors, want %d" % (len(fds), want))
-                _send(ctl, {"op": "forked", "id": req["id"], "pid": _fork(req, fds, program)})
-            except Exception as e:
-                _send(ctl, {"op": "forked", "id": req.get("id") if isinstance(req, dict) else None,
-                            "error": "%s: %s" % (type(e).__name__, e)})
-            finally:
-                for fd in fds:
-                    os.close(fd)
+            _handle(ctl, msg, fds)
 
 
 if __name__ == "__main__":

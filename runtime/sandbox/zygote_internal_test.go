@@ -29,9 +29,9 @@ func TestZygoteSeccompSentOnce(t *testing.T) {
 	tpl := &template{}
 	send := func(b bpf) forkRequest {
 		t.Helper()
-		msg, err := tpl.message(&forkRequest{ID: "x", SeccompID: b.id}, b)
-		if err != nil {
-			t.Fatal(err)
+		msg, _, fast, err := tpl.message(&forkRequest{ID: "x", SeccompID: b.id}, b)
+		if err != nil || fast {
+			t.Fatal(err, fast)
 		}
 		var got forkRequest
 		if err := json.Unmarshal(msg, &got); err != nil {
@@ -58,6 +58,50 @@ func TestZygoteSeccompSentOnce(t *testing.T) {
 	}
 	if r := send(prog); r.Seccomp != prog.hex || r.SeccompReset {
 		t.Fatalf("after the reset: the first program must be sent again (got %d digits, reset %t)", len(r.Seccomp), r.SeccompReset)
+	}
+}
+
+// TestZygoteFastRequest: to a template that serves requests in C, a
+// request of the shape it registered (its last successful whole request)
+// goes as a fastRequest, with only what each fork has of its own; any
+// other shape, or a program it has not been sent, goes whole and clears
+// the shape until its fork succeeds.
+func TestZygoteFastRequest(t *testing.T) {
+	prog := bpf{id: "p1", hex: "00"}
+	tpl := &template{helper: "split"}
+	req := func(id string, start uint32, uid uint32, bridge bool) *forkRequest {
+		return &forkRequest{ID: id, UID: uid, IDsStart: start, IDsSize: 65536, Hostname: "sandbox-" + id[len(id)-3:],
+			SeccompID: prog.id, Env: []string{"A=b"}, Bridge: bridge}
+	}
+	msg, shape, fast, err := tpl.message(req("1-abc", 65536, 1000, false), prog)
+	if err != nil || fast || shape == nil || msg[0] != '{' {
+		t.Fatalf("first request: %q fast %t shape %q %v; want it whole, with its shape", msg, fast, shape, err)
+	}
+	if _, _, fast, _ = tpl.message(req("2-abd", 131072, 1000, false), prog); fast {
+		t.Fatal("a request before the template registered the shape went fast")
+	}
+	tpl.shape = shape // as request does on the first one's reply
+	msg, _, fast, err = tpl.message(req("3-abe", 131072, 1000, true), prog)
+	want := append([]byte{'F', 1, 5, 11, 0, 0, 2, 0}, "3-abesandbox-abe"...)
+	if err != nil || !fast || string(msg) != string(want) {
+		t.Fatalf("a request of the registered shape: %q fast %t %v; want %q", msg, fast, err, want)
+	}
+	if msg, _, fast, _ = tpl.message(req("4-abf", 0, 1001, false), prog); fast || msg[0] != '{' || tpl.shape != nil {
+		t.Fatalf("another uid: %q fast %t (shape kept %t); want it whole, the shape cleared", msg, fast, tpl.shape != nil)
+	}
+	tpl.shape = shape
+	other := bpf{id: "p2", hex: "11"}
+	r := req("5-ab0", 0, 1000, false)
+	r.SeccompID = other.id
+	if _, _, fast, _ = tpl.message(r, other); fast {
+		t.Fatal("a request with a program the template has not been sent went fast")
+	}
+	py := &template{helper: "setup", shape: shape}
+	if _, _, fast, _ = py.message(req("6-ab1", 0, 1000, false), prog); fast {
+		t.Fatal("a request to a template that forks in Python went fast")
+	}
+	if _, err := (&forkRequest{Hostname: "sandbox-x"}).fast(); err == nil {
+		t.Error("a fastRequest without an id")
 	}
 }
 

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -176,6 +178,10 @@ type ZygoteStats struct {
 	// tid; without, the split is Python's os.fork).
 	HelperTemplates int `json:"helper_templates"`
 	SplitTemplates  int `json:"split_templates"`
+	// FastForks are the children that a template's request loop in C
+	// forked (SplitTemplates only): from the few fields of a request of the
+	// shape it forked last, with no Python run in the template.
+	FastForks int `json:"fast_forks"`
 }
 
 // ZygoteStats reports zygote mode's counters.
@@ -206,6 +212,9 @@ type template struct {
 
 	forkMu  sync.Mutex      // one fork request at a time
 	sent    map[string]bool // seccomp programs the template has, by id (under forkMu)
+	// shape is the request, less what each fork has of its own, that the
+	// template forks from a fastRequest (under forkMu; nil: none).
+	shape []byte
 	replies chan zygoteMsg  // "forked" replies, in order
 	mu      sync.Mutex      // guards the fields below
 	free    []int           // free slots (1..Slots)
@@ -1100,7 +1109,7 @@ func (t *template) request(ctx context.Context, req *forkRequest, prog bpf, fds 
 	if !t.alive() {
 		return zygoteMsg{}, errTemplateGone
 	}
-	msg, err := t.message(req, prog)
+	msg, shape, fast, err := t.message(req, prog)
 	if err != nil {
 		return zygoteMsg{}, err
 	}
@@ -1114,6 +1123,11 @@ func (t *template) request(ctx context.Context, req *forkRequest, prog bpf, fds 
 		}
 		if m.Pid <= 1 {
 			return m, fmt.Errorf("zygote template %s: a reply without a pid", t.id)
+		}
+		if fast {
+			t.rt.zstat(func(z *ZygoteStats) { z.FastForks++ })
+		} else if shape != nil { // the template registered it: it forks the next of its shape in C
+			t.shape = shape
 		}
 		return m, nil
 	case <-t.exited:
@@ -1144,12 +1158,25 @@ func sendFds(f *os.File, msg []byte, fds []int) error {
 	return serr
 }
 
-// message is the fork request as sent (under forkMu): with the BPF of its
-// seccomp program only if the template has not been sent it, which it is
-// counted as from here (a request that fails to reach the template ends
-// the template).
-func (t *template) message(req *forkRequest, prog bpf) ([]byte, error) {
+// message is the fork request as sent (under forkMu). When the template
+// serves requests in C (helper "split") and the request's shape is the one
+// it registered last, it is a fastRequest. Else it is the whole request,
+// with the BPF of its seccomp program only if the template has not been
+// sent it, which it is counted as from here (a request that fails to reach
+// the template ends the template); shape is then the request's shape,
+// which the template registers if the fork succeeds.
+func (t *template) message(req *forkRequest, prog bpf) (msg, shape []byte, fast bool, err error) {
 	req.Seccomp, req.SeccompReset = "", false
+	if t.helper == "split" {
+		if shape, err = req.shape(); err != nil {
+			return nil, nil, false, err
+		}
+		if t.sent[prog.id] && bytes.Equal(shape, t.shape) {
+			msg, err := req.fast()
+			return msg, nil, true, err
+		}
+		t.shape = nil // the template forgets its own at this request
+	}
 	if !t.sent[prog.id] {
 		if t.sent == nil || len(t.sent) >= maxSentPrograms {
 			req.SeccompReset = t.sent != nil
@@ -1158,7 +1185,32 @@ func (t *template) message(req *forkRequest, prog bpf) ([]byte, error) {
 		req.Seccomp = prog.hex
 		t.sent[prog.id] = true
 	}
+	msg, err = json.Marshal(req)
+	return msg, shape, false, err
+}
+
+// shape is the request without what each fork has of its own (its id, host
+// ids, hostname and bridge): the same for the forks of one configuration.
+func (req forkRequest) shape() ([]byte, error) {
+	req.ID, req.IDsStart, req.Hostname, req.Bridge = "", 0, "", false
 	return json.Marshal(req)
+}
+
+// fast is the fastRequest of req, the message a template forks from in C
+// (zfork.c's serve_fast): 'F', flags (1: the bridge), the lengths of the id
+// and the hostname, the first host id (32 bits, little-endian), the id and
+// the hostname, whose bytes are [0-9A-Za-z.-].
+func (req *forkRequest) fast() ([]byte, error) {
+	if len(req.ID) == 0 || len(req.ID) > 63 || len(req.Hostname) == 0 || len(req.Hostname) > 63 {
+		return nil, fmt.Errorf("fork request: id %q or hostname %q is not 1-63 bytes", req.ID, req.Hostname)
+	}
+	var flags byte
+	if req.Bridge {
+		flags = 1
+	}
+	msg := append(make([]byte, 0, 8+len(req.ID)+len(req.Hostname)), 'F', flags, byte(len(req.ID)), byte(len(req.Hostname)))
+	msg = binary.LittleEndian.AppendUint32(msg, req.IDsStart)
+	return append(append(msg, req.ID...), req.Hostname...), nil
 }
 
 // credPid reads the byte P writes first on its socket and the pid the

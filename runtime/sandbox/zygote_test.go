@@ -524,19 +524,32 @@ print(repr(out))`
 // exactly as one made by the Python steps (ZygoteOptions.PythonFork):
 // credentials, no capabilities, no_new_privs, seccomp, mounts, the masked
 // /proc, limits, namespaces and descriptors read from inside are the same.
+// So is the second child of the C helper's template, which its request loop
+// in C forked from a fast request (ZygoteStats.FastForks); Python's forks none.
 func TestZygoteHelper(t *testing.T) {
 	_, root := testenv.Runtime(t)
 	state := map[bool]string{}
 	for _, python := range []bool{false, true} {
-		rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 2, Templates: 1, PythonFork: python})
+		rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 3, Templates: 1, PythonFork: python})
 		sb := startZygote(t, rt, root)
 		state[python] = execOK(t, sb, childState)
 		want := 1
 		if python {
 			want = 0
 		}
-		if st := rt.ZygoteStats(); st.HelperTemplates != want || st.SplitTemplates != want || st.Forks != 1 {
-			t.Errorf("PythonFork %t: stats %+v, want %d template(s) on the C helper", python, st, want)
+		if st := rt.ZygoteStats(); st.HelperTemplates != want || st.SplitTemplates != want || st.Forks != 1 || st.FastForks != 0 {
+			t.Errorf("PythonFork %t: stats %+v, want %d template(s) on the C helper, no fast fork", python, st, want)
+		}
+		sb2 := startZygote(t, rt, root)
+		second := execOK(t, sb2, childState)
+		if h, id := execOK(t, sb2, "import socket; print(socket.gethostname())"), sb2.ID(); h != "sandbox-"+id[len(id)-6:] {
+			t.Errorf("PythonFork %t: the second child's hostname is %q, want its own (sandbox %s)", python, h, id)
+		}
+		if st := rt.ZygoteStats(); st.Forks != 2 || st.FastForks != want {
+			t.Errorf("PythonFork %t, a second child of the same request shape: stats %+v, want %d fast fork(s)", python, st, want)
+		}
+		if second != state[python] {
+			t.Errorf("PythonFork %t: the second child differs from the first:\nfirst:  %s\nsecond: %s", python, state[python], second)
 		}
 	}
 	if state[false] != state[true] {

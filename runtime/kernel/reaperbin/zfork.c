@@ -9,6 +9,12 @@
  * only splits P into the reaper and the agent (agent._reap_as_init, a real fork). On a failure
  * P writes the step and errno to its stderr pipe and exits 120, as the Python steps do.
  *
+ * zserve(&loop) is the template's request loop (zygote.py, _serve_c): it serves the fork requests
+ * of the shape Python last registered, and the exits of children, with no Python run in the
+ * template between forks, so that the template writes to few of the pages it shares with its
+ * children (each written page is a copy after every fork: about 330 of them per fork when Python
+ * served each request); every other message it hands to Python.
+ *
  * It is self-contained: -nostdlib, raw system calls, no libc symbol (the image's glibc may be
  * any version), position-independent, built by `make build` and embedded in forge.
  */
@@ -40,6 +46,12 @@ typedef unsigned long u64;
 #define NR_GETTID 186
 #define NR_SET_ROBUST_LIST 273
 #define NR_GET_ROBUST_LIST 274
+#define NR_RECVMSG 47
+#define NR_SENDTO 44
+#define NR_PIPE2 293
+#define NR_WAIT4 61
+#define NR_PPOLL 271
+#define NR_NANOSLEEP 35
 #elif defined(__aarch64__)
 #define NR_READ 63
 #define NR_WRITE 64
@@ -65,6 +77,12 @@ typedef unsigned long u64;
 #define NR_GETTID 178
 #define NR_SET_ROBUST_LIST 99
 #define NR_GET_ROBUST_LIST 100
+#define NR_RECVMSG 212
+#define NR_SENDTO 206
+#define NR_PIPE2 59
+#define NR_WAIT4 260
+#define NR_PPOLL 73
+#define NR_NANOSLEEP 101
 #else
 #error "zfork: unsupported architecture"
 #endif
@@ -72,6 +90,9 @@ typedef unsigned long u64;
 #define NR_CLOSE_RANGE 436
 
 #define EINTR 4
+#define EAGAIN 11
+#define EINVAL 22
+#define ENOSPC 28
 #define ENOSYS 38
 #define AT_FDCWD (-100)
 #define O_RDONLY 0
@@ -382,4 +403,300 @@ __attribute__((visibility("default"))) long zfork(const struct zreq *q) {
 	if (q->tid_addr)
 		split(q);
 	return 0;
+}
+
+/* The template's request loop (zygote.py's _serve_c, ZLoop there: keep the two in step). */
+struct zloop {
+	long ctl_fd;  /* the control socket to the host */
+	long wake_fd; /* the read end of Python's signal wakeup pipe (non-blocking): SIGCHLD */
+	struct zreq *q; /* the request of the registered shape, or 0: every fork request goes to Python */
+	long ids_size;  /* the shape's id range per child */
+	char *buf;      /* a message handed to Python: msglen bytes, with nfds descriptors */
+	long bufsize;
+	long msglen;
+	int fds[8];
+	long nfds;
+	void (*before_fork)(void); /* PyOS_BeforeFork and PyOS_AfterFork_Parent, as _clone_c calls them */
+	void (*after_fork_parent)(void);
+	long forks; /* children forked here */
+	char id[64], hostname[64]; /* of the request being served (q->hostname points here) */
+};
+
+/* A fast fork request (zygote_linux.go, fastRequest): 'F', flags (1: a fifth descriptor, the
+ * bridge's mount), the lengths of the id and the hostname, the first host id of the child's
+ * range (32 bits, little-endian), then the id and the hostname. */
+#define FAST_HEADER 8
+#define FAST_BRIDGE 1
+
+struct iovec_ {
+	void *base;
+	u64 len;
+};
+struct msghdr_ {
+	void *name;
+	int namelen, pad0;
+	struct iovec_ *iov;
+	u64 iovlen;
+	void *control;
+	u64 controllen;
+	int flags, pad1;
+};
+struct pollfd_ {
+	int fd;
+	short events, revents;
+};
+struct timespec_ {
+	long sec, nsec;
+};
+#define SOL_SOCKET 1
+#define SCM_RIGHTS 1
+#define POLLIN 1
+#define WNOHANG 1
+
+static long put_num(char *buf, long at, long v) {
+	char num[24];
+	long n = 0;
+	u64 u;
+	if (v < 0) {
+		buf[at++] = '-';
+		u = (u64)(-v);
+	} else
+		u = (u64)v;
+	do {
+		num[n++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	while (n)
+		buf[at++] = num[--n];
+	return at;
+}
+
+static long put_str(char *buf, long at, const char *s) {
+	while (*s)
+		buf[at++] = *s++;
+	return at;
+}
+
+static long send_msg(const struct zloop *l, const char *msg, long n) {
+	long r;
+	do
+		r = sys6(NR_SENDTO, l->ctl_fd, (long)msg, n, 0, 0, 0);
+	while (r == -EINTR);
+	return r < 0 ? r : 0;
+}
+
+/* reply sends the answer to the fork request being served: its pid, or the step that failed.
+ * It returns 1, or -errno if the send failed (serve_fast's results). */
+static long reply(const struct zloop *l, long pid, const char *step, long err) {
+	char buf[256];
+	long at = put_str(buf, 0, "{\"op\":\"forked\",\"id\":\"");
+	at = put_str(buf, at, l->id);
+	if (step) {
+		at = put_str(buf, at, "\",\"error\":\"OSError: ");
+		at = put_str(buf, at, step);
+		at = put_str(buf, at, ": errno ");
+		at = put_num(buf, at, err);
+		at = put_str(buf, at, "\"}");
+	} else {
+		at = put_str(buf, at, "\",\"pid\":");
+		at = put_num(buf, at, pid);
+		buf[at++] = '}';
+	}
+	at = send_msg(l, buf, at);
+	return at < 0 ? at : 1;
+}
+
+/* reap reports every child that has exited, as zygote.py's loop does. */
+static long reap(const struct zloop *l) {
+	char drain[256];
+	while (SC3(NR_READ, l->wake_fd, drain, sizeof(drain)) > 0)
+		;
+	for (;;) {
+		int status = 0;
+		long pid = SC4(NR_WAIT4, -1, &status, WNOHANG, 0), code, at;
+		char buf[96];
+		if (pid == -EINTR)
+			continue;
+		if (pid <= 0)
+			return 0; /* none left to reap now, or no child at all */
+		/* os.waitstatus_to_exitcode: the exit status, or minus the signal */
+		code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : -(status & 0x7f);
+		at = put_str(buf, 0, "{\"op\":\"exit\",\"pid\":");
+		at = put_num(buf, at, pid);
+		at = put_str(buf, at, ",\"code\":");
+		at = put_num(buf, at, code);
+		buf[at++] = '}';
+		if ((pid = send_msg(l, buf, at)) < 0)
+			return pid;
+	}
+}
+
+/* copy_name copies n bytes of a fast request's name to dst if they are [0-9A-Za-z.-] only. */
+static long copy_name(char *dst, const char *src, long n) {
+	long i;
+	if (n <= 0 || n >= 64)
+		return -1;
+	for (i = 0; i < n; i++) {
+		char c = src[i];
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '.'))
+			return -1;
+		dst[i] = c;
+	}
+	dst[n] = 0;
+	return 0;
+}
+
+static long write_map(long pid, const char *name, const char *line, long n) {
+	char path[64];
+	long at = put_str(path, 0, "/proc/"), fd, r;
+	at = put_num(path, at, pid);
+	path[at++] = '/';
+	at = put_str(path, at, name);
+	path[at] = 0;
+	fd = SC4(NR_OPENAT, AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd;
+	r = SC3(NR_WRITE, fd, line, n);
+	SC1(NR_CLOSE, fd);
+	return r < 0 ? r : r == n ? 0 : -EINVAL;
+}
+
+/* serve_fast forks the child of one fast request, as zygote.py's _fork with _clone_c does; it
+ * returns 0 in the agent Q, 1 in the template (the host has its answer), or < 0 if the control
+ * socket failed. */
+static long serve_fast(struct zloop *l, const unsigned char *m, long n, const int *fds, long nfds) {
+	struct zreq *q = l->q;
+	long want, pid = 0, waited = 0, delay = 2000000, p[2], r, at;
+	int pipefd[2];
+	char line[64];
+	want = (m[1] & FAST_BRIDGE) ? 5 : 4;
+	if (n != FAST_HEADER + m[2] + m[3] || copy_name(l->id, (const char *)m + FAST_HEADER, m[2]) < 0) {
+		l->id[0] = 0;
+		return reply(l, 0, "a malformed fast fork request", EINVAL);
+	}
+	if (copy_name(l->hostname, (const char *)m + FAST_HEADER + m[2], m[3]) < 0)
+		return reply(l, 0, "a fast fork request's hostname", EINVAL);
+	if (nfds != want)
+		return reply(l, 0, "a fast fork request's descriptors", EINVAL);
+	if ((r = SC2(NR_PIPE2, pipefd, O_CLOEXEC)) < 0)
+		return reply(l, 0, "pipe", -r);
+	p[0] = pipefd[0];
+	p[1] = pipefd[1];
+	q->map_fd = p[0];
+	q->map_w_fd = p[1];
+	q->req_fd = fds[0];
+	q->rep_fd = fds[1];
+	q->err_fd = fds[2];
+	q->go_fd = fds[3];
+	q->bridge_fd = want == 5 ? fds[4] : -1;
+	q->hostname = l->hostname;
+	for (;;) { /* ENOSPC: the namespace budget, spent by dead children the kernel frees later */
+		l->before_fork();
+		pid = zfork(q);
+		if (pid == 0)
+			return 0; /* Q */
+		l->after_fork_parent();
+		if (pid > 0 || pid != -ENOSPC || waited >= 2000000000L)
+			break;
+		{
+			struct timespec_ ts = {0, delay};
+			SC2(NR_NANOSLEEP, &ts, 0);
+		}
+		waited += delay;
+		delay = delay * 2 < 50000000 ? delay * 2 : 50000000;
+	}
+	SC1(NR_CLOSE, p[0]);
+	if (pid < 0) {
+		SC1(NR_CLOSE, p[1]);
+		return reply(l, 0, "clone", -pid);
+	}
+	l->forks++;
+	at = put_str(line, 0, "0 ");
+	at = put_num(line, at, (long)(m[4] | (m[5] << 8) | (m[6] << 16) | ((u64)m[7] << 24)));
+	line[at++] = ' ';
+	at = put_num(line, at, l->ids_size);
+	line[at++] = '\n';
+	/* Without its maps (P then reads EOF, and exits 121), the host has the error. */
+	if ((r = write_map(pid, "uid_map", line, at)) < 0 || (r = write_map(pid, "gid_map", line, at)) < 0) {
+		SC1(NR_CLOSE, p[1]);
+		return reply(l, 0, "writing the child's id map", -r);
+	}
+	r = SC3(NR_WRITE, p[1], "m", 1);
+	SC1(NR_CLOSE, p[1]);
+	if (r != 1)
+		return reply(l, 0, "waking the child", r < 0 ? -r : EINVAL);
+	return reply(l, pid, 0, 0);
+}
+
+/* zserve serves fast fork requests and children's exits until a message comes that is for
+ * Python (returns 1: msglen bytes in buf, nfds descriptors in fds), the host closes its end
+ * (2), or the control socket fails (-errno). In a child it forked, it returns 0. */
+__attribute__((visibility("default"))) long zserve(struct zloop *l) {
+	for (;;) {
+		struct pollfd_ pfd[2] = {{(int)l->ctl_fd, POLLIN, 0}, {(int)l->wake_fd, POLLIN, 0}};
+		union {
+			struct {
+				u64 len;
+				int level, type;
+				int fds[8];
+			} c;
+			char raw[64];
+		} ctl;
+		struct iovec_ iov;
+		struct msghdr_ mh;
+		long n, i, nfds = 0, r;
+		int fds[8];
+		r = SC5(NR_PPOLL, pfd, 2, 0, 0, 8);
+		if (r == -EINTR)
+			continue;
+		if (r < 0)
+			return r;
+		if (pfd[1].revents) {
+			if ((r = reap(l)) < 0)
+				return r;
+		}
+		if (!pfd[0].revents)
+			continue;
+		iov.base = l->buf;
+		iov.len = (u64)l->bufsize;
+		for (i = 0; i < (long)sizeof(ctl); i++)
+			ctl.raw[i] = 0;
+		for (i = 0; i < (long)sizeof(mh); i++)
+			((volatile char *)&mh)[i] = 0;
+		mh.iov = &iov;
+		mh.iovlen = 1;
+		mh.control = &ctl;
+		mh.controllen = sizeof(ctl);
+		do
+			n = SC3(NR_RECVMSG, l->ctl_fd, &mh, 0);
+		while (n == -EINTR);
+		if (n < 0)
+			return n;
+		if (mh.controllen >= 16 && ctl.c.level == SOL_SOCKET && ctl.c.type == SCM_RIGHTS && ctl.c.len >= 16) {
+			nfds = (long)(ctl.c.len - 16) / 4;
+			if (nfds > 8)
+				nfds = 8;
+			for (i = 0; i < nfds; i++)
+				fds[i] = ctl.c.fds[i];
+		}
+		if (n == 0) {
+			for (i = 0; i < nfds; i++)
+				SC1(NR_CLOSE, fds[i]);
+			return 2;
+		}
+		if (l->q == 0 || n < FAST_HEADER || l->buf[0] != 'F') {
+			l->msglen = n;
+			l->nfds = nfds;
+			for (i = 0; i < nfds; i++)
+				l->fds[i] = fds[i];
+			return 1;
+		}
+		r = serve_fast(l, (const unsigned char *)l->buf, n, fds, nfds);
+		if (r == 0)
+			return 0; /* in Q */
+		for (i = 0; i < nfds; i++)
+			SC1(NR_CLOSE, fds[i]);
+		if (r < 0)
+			return r;
+	}
 }
