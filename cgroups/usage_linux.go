@@ -8,7 +8,6 @@ import (
 	"time"
 
 	ocg "github.com/opencontainers/cgroups"
-	"github.com/opencontainers/cgroups/fscommon"
 )
 
 // Usage is what a sandbox consumed, read from its cgroup.
@@ -32,13 +31,13 @@ func ReadUsage(m ocg.Manager) (Usage, error) {
 // controller's).
 func ReadMemoryCurrent(m ocg.Manager) (uint64, error) {
 	if ocg.IsCgroup2UnifiedMode() {
-		return fscommon.GetCgroupParamUint(m.Path(""), "memory.current")
+		return readUint(m.Path(""), "memory.current")
 	}
 	dir := m.Path("memory")
 	if dir == "" {
 		return 0, errors.New("reading cgroup v1 memory: no memory cgroup path")
 	}
-	return fscommon.GetCgroupParamUint(dir, "memory.usage_in_bytes")
+	return readUint(dir, "memory.usage_in_bytes")
 }
 
 func readUsageV1(memDir, cpuDir string) (Usage, error) {
@@ -47,13 +46,13 @@ func readUsageV1(memDir, cpuDir string) (Usage, error) {
 	}
 	var u Usage
 	var err error
-	if u.MemoryPeakBytes, err = fscommon.GetCgroupParamUint(memDir, "memory.max_usage_in_bytes"); err != nil {
+	if u.MemoryPeakBytes, err = readUint(memDir, "memory.max_usage_in_bytes"); err != nil {
 		return Usage{}, fmt.Errorf("reading peak memory: %w", err)
 	}
-	if u.OOMKills, err = fscommon.GetValueByKey(memDir, "memory.oom_control", "oom_kill"); err != nil {
+	if u.OOMKills, err = readKey(memDir, "memory.oom_control", "oom_kill"); err != nil {
 		return Usage{}, fmt.Errorf("reading OOM kills: %w", err)
 	}
-	ns, err := fscommon.GetCgroupParamUint(cpuDir, "cpuacct.usage")
+	ns, err := readUint(cpuDir, "cpuacct.usage")
 	if err != nil {
 		return Usage{}, fmt.Errorf("reading CPU time: %w", err)
 	}
@@ -67,17 +66,17 @@ func readUsageV2(dir string) (Usage, error) {
 	}
 	var u Usage
 	var err error
-	u.MemoryPeakBytes, err = fscommon.GetCgroupParamUint(dir, "memory.peak")
+	u.MemoryPeakBytes, err = readUint(dir, "memory.peak")
 	if errors.Is(err, os.ErrNotExist) {
-		u.MemoryPeakBytes, err = fscommon.GetCgroupParamUint(dir, "memory.current")
+		u.MemoryPeakBytes, err = readUint(dir, "memory.current")
 	}
 	if err != nil {
 		return Usage{}, fmt.Errorf("reading peak memory: %w", err)
 	}
-	if u.OOMKills, err = fscommon.GetValueByKey(dir, "memory.events", "oom_kill"); err != nil {
+	if u.OOMKills, err = readKey(dir, "memory.events", "oom_kill"); err != nil {
 		return Usage{}, fmt.Errorf("reading OOM kills: %w", err)
 	}
-	usec, err := fscommon.GetValueByKey(dir, "cpu.stat", "usage_usec")
+	usec, err := readKey(dir, "cpu.stat", "usage_usec")
 	if err != nil {
 		return Usage{}, fmt.Errorf("reading CPU time: %w", err)
 	}
@@ -144,7 +143,7 @@ func readPidsLimitHits(dir string) (uint64, error) {
 	if dir == "" {
 		return 0, errors.New("reading pids events: no pids cgroup path")
 	}
-	n, err := fscommon.GetValueByKey(dir, "pids.events", "max")
+	n, err := readKey(dir, "pids.events", "max")
 	if err != nil {
 		return 0, fmt.Errorf("reading pids events: %w", err)
 	}

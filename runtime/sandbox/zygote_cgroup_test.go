@@ -104,6 +104,20 @@ func TestZygoteChildCgroup(t *testing.T) {
 	if got := strings.TrimSpace(readFile(filepath.Join(dir, "pids.max"))); got != "16" {
 		t.Errorf("pids.max of the child's cgroup: %q, want 16", got)
 	}
+	// The CPU limit, and on v1 memory+swap (no swap): as a container's.
+	want := map[string]string{filepath.Join(dir, "cpu.max"): "100000 100000"}
+	if !unified() {
+		want = map[string]string{
+			filepath.Join(hostCgroup(t, sb.Pid(), "cpu"), "cpu.cfs_quota_us"):               "100000",
+			filepath.Join(hostCgroup(t, sb.Pid(), "cpu"), "cpu.cfs_period_us"):              "100000",
+			filepath.Join(hostCgroup(t, sb.Pid(), "memory"), "memory.memsw.limit_in_bytes"): strconv.Itoa(96 << 20),
+		}
+	}
+	for f, w := range want {
+		if got := strings.TrimSpace(readFile(f)); got != w {
+			t.Errorf("%s of the child's cgroup: %q, want %q", f, got, w)
+		}
+	}
 	r, err := sb.Exec(ctx, `import os, time
 b = bytearray(40 << 20)
 for i in range(10000):

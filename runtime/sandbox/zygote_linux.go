@@ -29,6 +29,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/mcp-forge/forge/cgroups"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/seccomp"
@@ -210,11 +211,11 @@ type template struct {
 	pid     string         // of the template's init, on the host
 	helper  string         // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
 
-	forkMu  sync.Mutex      // one fork request at a time
-	sent    map[string]bool // seccomp programs the template has, by id (under forkMu)
+	forkMu sync.Mutex      // one fork request at a time
+	sent   map[string]bool // seccomp programs the template has, by id (under forkMu)
 	// shape is the request, less what each fork has of its own, that the
 	// template forks from a fastRequest (under forkMu; nil: none).
-	shape []byte
+	shape   []byte
 	replies chan zygoteMsg  // "forked" replies, in order
 	mu      sync.Mutex      // guards the fields below
 	free    []int           // free slots (1..Slots)
@@ -918,12 +919,15 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 			return
 		}
 		res := cfg.Limits.Resources()
-		if occgroups.IsCgroup2UnifiedMode() {
-			res.Devices = t.devices // the device program of a container, on its own cgroup
-		} else {
+		cg := &occgroups.Cgroup{Path: cgroupPath, Resources: res, Rootless: r.rootless}
+		if !occgroups.IsCgroup2UnifiedMode() && !r.rootless {
 			res.SkipDevices = true // in its template's devices cgroup (childSubsystems)
+			m, err := childCgroupV1(cg)
+			cgDone <- made{m, err}
+			return
 		}
-		m, err := childCgroup(&occgroups.Cgroup{Path: cgroupPath, Resources: res, Rootless: r.rootless})
+		res.Devices = t.devices // the device program of a container, on its own cgroup
+		m, err := manager.New(cg)
 		if err == nil {
 			if err = m.Apply(-1); err == nil {
 				err = m.Set(res)
@@ -945,8 +949,13 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 			err = fmt.Errorf("cgroup of sandbox %s: %w", id, cg.err)
 		}
 		if err == nil && cg.m != nil {
+			var moved []string // v1's cpu and cpuacct may be one hierarchy
 			for _, p := range cg.m.GetPaths() {
-				if err = occgroups.WriteCgroupProc(p, pid); err != nil {
+				if slices.Contains(moved, p) {
+					continue
+				}
+				moved = append(moved, p)
+				if err = cgroups.AddProcess(p, pid); err != nil {
 					err = fmt.Errorf("cgroup of sandbox %s: %w", id, err)
 					break
 				}
@@ -1047,19 +1056,74 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 // time. On v2 a child has one cgroup, with a container's device program.
 var childSubsystems = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
 
-// childCgroup is the manager of a zygote child's cgroup cg: on v1 in the
-// childSubsystems only, on v2 its one cgroup.
-func childCgroup(cg *occgroups.Cgroup) (occgroups.Manager, error) {
-	if occgroups.IsCgroup2UnifiedMode() {
-		return manager.New(cg)
-	}
+// childCgroupV1 makes a zygote child's cgroup cg on v1, in the
+// childSubsystems, by plain system calls: a mkdir in each hierarchy, then
+// the limits that cgroups.Limits sets, written as libcontainer's Set
+// writes them into a new cgroup (the memory limit, then memory+swap; the
+// CPU period, then the quota; pids.max). What follows (pause, SetLimits,
+// usage, Destroy) is libcontainer's manager of those paths. Its own Apply
+// and Set took about twice the CPU: a MkdirAll stats each path and its
+// parent first, and its files are opened with openat2 from the cgroupfs
+// root (cgroups.WriteFile has why that is slow).
+func childCgroupV1(cg *occgroups.Cgroup) (_ occgroups.Manager, retErr error) {
 	roots, err := childRoots()
 	if err != nil {
 		return nil, err
 	}
 	paths := make(map[string]string, len(roots))
-	for name, root := range roots {
-		paths[name] = filepath.Join(root, cg.Path) // as libcontainer joins an absolute path
+	var made []string
+	defer func() {
+		if retErr != nil {
+			for _, dir := range made {
+				_ = unix.Rmdir(dir)
+			}
+		}
+	}()
+	for _, name := range childSubsystems {
+		root, ok := roots[name]
+		if !ok {
+			continue
+		}
+		dir := filepath.Join(root, cg.Path) // as libcontainer joins an absolute path
+		paths[name] = dir
+		if slices.Contains(made, dir) {
+			continue // cpu and cpuacct in one hierarchy
+		}
+		if err := unix.Mkdir(dir, 0o755); err != nil && err != unix.EEXIST {
+			return nil, fmt.Errorf("making cgroup %s: %w", dir, err)
+		}
+		made = append(made, dir)
+	}
+	res := cg.Resources
+	type write struct{ sub, file, val string }
+	var writes []write
+	if res.Memory != 0 {
+		writes = append(writes, write{"memory", "memory.limit_in_bytes", strconv.FormatInt(res.Memory, 10)})
+	}
+	if res.MemorySwap != 0 {
+		writes = append(writes, write{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(res.MemorySwap, 10)})
+	}
+	if res.CpuPeriod != 0 {
+		writes = append(writes, write{"cpu", "cpu.cfs_period_us", strconv.FormatUint(res.CpuPeriod, 10)})
+	}
+	if res.CpuQuota != 0 {
+		writes = append(writes, write{"cpu", "cpu.cfs_quota_us", strconv.FormatInt(res.CpuQuota, 10)})
+	}
+	if res.PidsLimit != nil {
+		v := "max"
+		if *res.PidsLimit > 0 {
+			v = strconv.FormatInt(*res.PidsLimit, 10)
+		}
+		writes = append(writes, write{"pids", "pids.max", v})
+	}
+	for _, w := range writes {
+		dir := paths[w.sub]
+		if dir == "" {
+			return nil, fmt.Errorf("cannot set %s limit: no %s hierarchy", w.sub, w.sub)
+		}
+		if err := cgroups.WriteFile(dir, w.file, w.val); err != nil {
+			return nil, err
+		}
 	}
 	return manager.NewWithPaths(cg, paths)
 }
