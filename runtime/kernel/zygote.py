@@ -552,7 +552,7 @@ class ZLoop(ctypes.Structure):
 
 
 _last = None  # the ZReq of the last fork by _clone_c, with what it points to
-_fast = None  # the same for the request shape zserve forks (the host sends the rest: fastRequest)
+_fast = None  # the same for the request shape zserve forks (the host sends the rest: forkRequest.fast)
 _loop = None
 
 
@@ -594,7 +594,7 @@ def _reap(ctl):
 
 def _serve_c(ctl, wake_r):
     """The request loop in C (zfork.c's zserve): it forks the children of the shape the last
-    request Python served registered, from the few fields the host sends (fastRequest), and
+    request Python served registered, from the few fields the host sends (forkRequest.fast), and
     reports exits, without Python; every other message comes back here."""
     global _loop
     buf = ctypes.create_string_buffer(1 << 16)

@@ -63,7 +63,7 @@ func TestZygoteSeccompSentOnce(t *testing.T) {
 
 // TestZygoteFastRequest: to a template that serves requests in C, a
 // request of the shape it registered (its last successful whole request)
-// goes as a fastRequest, with only what each fork has of its own; any
+// goes as a fast request, with only what each fork has of its own; any
 // other shape, or a program it has not been sent, goes whole and clears
 // the shape until its fork succeeds.
 func TestZygoteFastRequest(t *testing.T) {
@@ -101,7 +101,7 @@ func TestZygoteFastRequest(t *testing.T) {
 		t.Fatal("a request to a template that forks in Python went fast")
 	}
 	if _, err := (&forkRequest{Hostname: "sandbox-x"}).fast(); err == nil {
-		t.Error("a fastRequest without an id")
+		t.Error("a fast request without an id")
 	}
 }
 

@@ -214,7 +214,7 @@ type template struct {
 	forkMu sync.Mutex      // one fork request at a time
 	sent   map[string]bool // seccomp programs the template has, by id (under forkMu)
 	// shape is the request, less what each fork has of its own, that the
-	// template forks from a fastRequest (under forkMu; nil: none).
+	// template forks from a fast request (forkRequest.fast; under forkMu; nil: none).
 	shape   []byte
 	replies chan zygoteMsg  // "forked" replies, in order
 	mu      sync.Mutex      // guards the fields below
@@ -1048,9 +1048,9 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 // a cgroup of its own: where its limits, usage and freezer are. In the
 // others it stays in its template's: in cpuset, blkio, name=systemd, ...,
 // where a container of forge sets nothing either, and in devices, whose
-// rules are a container's, the same for the template and every child (the
-// template's cgroup has them; a child's own, made by mkdir, would only copy
-// its parent's, and setting them took 9 % of forge's CPU per child). Each
+// rules are a container's, the same for the template and every child: the
+// template's cgroup has them (setting them in a child's own took 9 % of
+// forge's CPU per child). Each
 // hierarchy costs a child a mkdir, a move and an rmdir (and cpuset a copy
 // of its parent's settings): 9 of them made the cgroup 0.9 ms of the host's
 // time. On v2 a child has one cgroup, with a container's device program.
@@ -1224,7 +1224,7 @@ func sendFds(f *os.File, msg []byte, fds []int) error {
 
 // message is the fork request as sent (under forkMu). When the template
 // serves requests in C (helper "split") and the request's shape is the one
-// it registered last, it is a fastRequest. Else it is the whole request,
+// it registered last, it is a fast request (forkRequest.fast). Else it is the whole request,
 // with the BPF of its seccomp program only if the template has not been
 // sent it, which it is counted as from here (a request that fails to reach
 // the template ends the template); shape is then the request's shape,
@@ -1260,7 +1260,7 @@ func (req forkRequest) shape() ([]byte, error) {
 	return json.Marshal(req)
 }
 
-// fast is the fastRequest of req, the message a template forks from in C
+// fast is req as a fast request, the message a template forks from in C
 // (zfork.c's serve_fast): 'F', flags (1: the bridge), the lengths of the id
 // and the hostname, the first host id (32 bits, little-endian), the id and
 // the hostname, whose bytes are [0-9A-Za-z.-].

@@ -422,7 +422,7 @@ struct zloop {
 	char id[64], hostname[64]; /* of the request being served (q->hostname points here) */
 };
 
-/* A fast fork request (zygote_linux.go, fastRequest): 'F', flags (1: a fifth descriptor, the
+/* A fast fork request (zygote_linux.go, forkRequest.fast): 'F', flags (1: a fifth descriptor, the
  * bridge's mount), the lengths of the id and the hostname, the first host id of the child's
  * range (32 bits, little-endian), then the id and the hostname. */
 #define FAST_HEADER 8
