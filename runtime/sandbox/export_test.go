@@ -13,3 +13,13 @@ func WaitSlimInit() { waitSlimInit() }
 
 // InCgroup is inCgroup, for tests.
 var InCgroup = inCgroup
+
+// CloseTemplateSockets closes the host's end of each template's control
+// socket: to a fork, a template that is gone but whose exit is not seen yet.
+func (r *Runtime) CloseTemplateSockets() {
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	for _, t := range r.templates {
+		t.ctl.Close()
+	}
+}

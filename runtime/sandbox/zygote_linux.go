@@ -288,7 +288,10 @@ type zygoteMsg struct {
 const maxZygoteMsg = 64 << 10
 
 // startChild forks a sandbox from the template of cfg's image, starting
-// the template first when there is none with a free slot.
+// the template first when there is none with a free slot. A template found
+// gone is retired and the fork tried again on another, or a new one: as
+// many times as the image can have templates (all of them may have been
+// killed at once, and their deaths not yet seen), and once more.
 func (r *Runtime) startChild(ctx context.Context, cfg Config) (*Sandbox, error) {
 	for attempt := 0; ; attempt++ {
 		t, slot, err := r.templateFor(ctx, cfg)
@@ -296,7 +299,7 @@ func (r *Runtime) startChild(ctx context.Context, cfg Config) (*Sandbox, error) 
 			return nil, err
 		}
 		s, err := t.fork(ctx, cfg, slot)
-		if err == nil || attempt > 0 || ctx.Err() != nil || !errors.Is(err, errTemplateGone) {
+		if err == nil || attempt >= r.zopts.Templates || ctx.Err() != nil || !errors.Is(err, errTemplateGone) {
 			return s, err
 		}
 		// Its init may not be reaped yet: forget it now, then try a new one.

@@ -3,9 +3,11 @@ package sandbox_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -426,20 +428,63 @@ func TestZygoteRetireByAge(t *testing.T) {
 func TestZygoteTemplates(t *testing.T) {
 	_, root := testenv.Runtime(t)
 	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 8})
-	var mu sync.Mutex
-	parents := map[int]bool{}
 	var pins, unpins atomic.Int32
 	pin := func() func() {
 		pins.Add(1)
 		return func() { unpins.Add(1) }
 	}
+	twoTemplates(t, rt, sandbox.Config{Rootfs: root, Limits: defaultLimits, Pin: pin})
+	if st := rt.ZygoteStats(); st.Templates != 2 || st.Retired != 0 {
+		t.Errorf("stats %+v, want 2 templates, none retired", st)
+	}
+	for deadline := time.Now().Add(5 * time.Second); unpins.Load() != pins.Load() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p, u := pins.Load(), unpins.Load(); p != 1 || u != 1 {
+		t.Errorf("the rootfs was pinned %d times and unpinned %d times, want once each (for the background start)", p, u)
+	}
+}
+
+// TestZygoteTemplatesGone: when every template of the image is gone at
+// once and the next start comes before their exits are seen (here: each
+// stopped, its control socket closed), the start retires each and forks
+// from a new one. (A pool's sandboxes killed from outside, under load.)
+func TestZygoteTemplatesGone(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 8})
+	cfg := sandbox.Config{Rootfs: root, Limits: defaultLimits}
+	pids := twoTemplates(t, rt, cfg)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Kill(pid, syscall.SIGKILL)
+	}
+	rt.CloseTemplateSockets()
+	sb, err := rt.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("a start right after both templates were gone: %v (stats %+v)", err, rt.ZygoteStats())
+	}
+	defer sb.Destroy()
+	if p := ppid(t, sb.Pid()); slices.Contains(pids, p) {
+		t.Errorf("the child's parent %d is a template that was gone", p)
+	}
+	execOK(t, sb, "print(1)")
+}
+
+// twoTemplates starts sandboxes of cfg at concurrency 4 until children came
+// from two templates, and returns the templates' host pids.
+func twoTemplates(t *testing.T, rt *sandbox.Runtime, cfg sandbox.Config) []int {
+	t.Helper()
+	var mu sync.Mutex
+	parents := map[int]bool{}
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits, Pin: pin})
+				sb, err := rt.Start(context.Background(), cfg)
 				if err != nil {
 					t.Error(err)
 					return
@@ -453,26 +498,17 @@ func TestZygoteTemplates(t *testing.T) {
 		}
 		wg.Wait()
 		if t.Failed() {
-			return
+			t.FailNow()
 		}
 		mu.Lock()
 		n := len(parents)
 		mu.Unlock()
 		if n >= 2 {
-			break
+			return slices.Collect(maps.Keys(parents))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("children of %d template(s) after 60 s of starts at concurrency 4 (stats %+v), want 2", n, rt.ZygoteStats())
 		}
-	}
-	if st := rt.ZygoteStats(); st.Templates != 2 || st.Retired != 0 {
-		t.Errorf("stats %+v, want 2 templates, none retired", st)
-	}
-	for deadline := time.Now().Add(5 * time.Second); unpins.Load() != pins.Load() && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if p, u := pins.Load(), unpins.Load(); p != 1 || u != 1 {
-		t.Errorf("the rootfs was pinned %d times and unpinned %d times, want once each (for the background start)", p, u)
 	}
 }
 
