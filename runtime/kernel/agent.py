@@ -256,7 +256,7 @@ class _Capture:
 
     @staticmethod
     def start_watcher():
-        """Started once the agent has said hello (main), or by the first exec or warm."""
+        """Started on the first exec (or by warm): an agent that never ran code has one thread."""
         if not _Capture.watching:
             _thread.start_new_thread(_Capture.watch, ())
             _Capture.watching = True
@@ -1172,9 +1172,6 @@ def main():
         sys.path.insert(0, "")  # like Jupyter: modules in the working directory import
     _send({"op": "hello", "python": "%d.%d.%d" % sys.version_info[:3], "pid": os.getpid(),
            "modules": _modules(), "stray_fds": _stray_fds})
-    # The capture's watcher starts while the host answers the hello, not in the first exec
-    # (0.3-0.4 ms of a fresh sandbox's first run): every agent that runs code needs it.
-    _Capture.start_watcher()
     while True:
         line = _requests.readline()
         if not line:
