@@ -109,37 +109,41 @@ func TestZygoteFastRequest(t *testing.T) {
 // the kernel sends with its first byte (SO_PASSCRED), here a process's own
 // pid; a peer that closes first, or sends something else, is an error.
 func TestZygoteCredPid(t *testing.T) {
-	pair := func() [2]int {
+	// The peer end is an *os.File, the only owner of its descriptor: a raw
+	// close of it besides would close twice, the second time (the File's
+	// finalizer, at some later GC) whatever reused the number.
+	pair := func() (int, *os.File) {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
+		peer := os.NewFile(uintptr(fds[1]), "peer")
+		t.Cleanup(func() { unix.Close(fds[0]); peer.Close() })
 		if err := unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
-		return fds
+		return fds[0], peer
 	}
 	cmd := exec.Command("/bin/sh", "-c", "printf p >&3; sleep 5")
-	fds := pair()
-	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(fds[1]), "peer")}
+	fd, peer := pair()
+	cmd.ExtraFiles = []*os.File{peer}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if pid, err := credPid(fds[0]); err != nil || pid != cmd.Process.Pid {
+	if pid, err := credPid(fd); err != nil || pid != cmd.Process.Pid {
 		t.Errorf("credPid: %d, %v; want the writer's pid %d", pid, err, cmd.Process.Pid)
 	}
-	fds = pair()
-	unix.Close(fds[1])
-	if pid, err := credPid(fds[0]); err == nil {
+	fd, peer = pair()
+	peer.Close()
+	if pid, err := credPid(fd); err == nil {
 		t.Errorf("credPid of a closed peer: %d, want an error", pid)
 	}
-	fds = pair()
-	if _, err := unix.Write(fds[1], []byte{'x'}); err != nil {
+	fd, peer = pair()
+	if _, err := peer.Write([]byte{'x'}); err != nil {
 		t.Fatal(err)
 	}
-	if pid, err := credPid(fds[0]); err == nil {
+	if pid, err := credPid(fd); err == nil {
 		t.Errorf("credPid of another byte: %d, want an error", pid)
 	}
 }
