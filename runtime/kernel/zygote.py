@@ -449,6 +449,7 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
     rl = tuple(sorted((k, tuple(v)) for k, v in req.get("rlimits", {}).items()))
     rlimits = _cache(("r",) + rl, lambda: (ctypes.c_long * (3 * len(rl) + 1))(
         *[x for k, (soft, hard) in rl for x in (_RLIMIT[k], soft, hard)]))
+    env = _cache(("e",) + tuple(req["env"]), lambda: _strv(req["env"]))
     uid = req["uid"]
     opts = "mode=0755,size=%d,nr_inodes=65536,uid=%d,gid=%d"
     q = ZReq(nsflags=NS_FLAGS, ctl_fd=CTL_FD, map_fd=p2c_r, map_w_fd=p2c_w,
@@ -461,9 +462,9 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
              readonly=ctypes.addressof(_fixed[2]),
              ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
              fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD,
-             tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(_cache(("e",) + tuple(req["env"]), lambda: _strv(req["env"]))))
+             tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(env))
     global _last
-    _last = (q, req, program, ulimits, rlimits, _fixed)  # what q points to, kept alive with it
+    _last = (q, req, program, ulimits, rlimits, env, _fixed)  # what q points to, kept alive with it
     delay, waited = 0.002, 0.0
     while True:  # ENOSPC: as in _clone
         if _tid_addr:  # the agent is a copy of this interpreter, taken by P: as os.fork does

@@ -194,25 +194,38 @@ static long slen(const char *s) {
 	return n;
 }
 
-static void put(char *buf, long *at, const char *s) {
-	while (*s && *at < 200)
-		buf[(*at)++] = *s++;
+/* put_num and put_str write v (decimal) or s at buf[at] and return the index past it. */
+static long put_num(char *buf, long at, long v) {
+	char num[24];
+	long n = 0;
+	u64 u;
+	if (v < 0) {
+		buf[at++] = '-';
+		u = (u64)(-v);
+	} else
+		u = (u64)v;
+	do {
+		num[n++] = (char)('0' + u % 10);
+		u /= 10;
+	} while (u);
+	while (n)
+		buf[at++] = num[--n];
+	return at;
+}
+
+static long put_str(char *buf, long at, const char *s) {
+	while (*s)
+		buf[at++] = *s++;
+	return at;
 }
 
 /* fail reports the step and errno on the child's stderr pipe and exits as _init's failures do. */
 static void __attribute__((noreturn)) fail(long err_fd, const char *step, long ret) {
-	char buf[256], num[24];
-	long at = 0, n = 0;
-	u64 e = (u64)(-ret);
-	put(buf, &at, "zygote child (C): ");
-	put(buf, &at, step);
-	put(buf, &at, ": errno ");
-	do {
-		num[n++] = (char)('0' + e % 10);
-		e /= 10;
-	} while (e && n < 20);
-	while (n)
-		buf[at++] = num[--n];
+	char buf[256]; /* every step is a short constant */
+	long at = put_str(buf, 0, "zygote child (C): ");
+	at = put_str(buf, at, step);
+	at = put_str(buf, at, ": errno ");
+	at = put_num(buf, at, -ret);
 	buf[at++] = '\n';
 	SC3(NR_WRITE, err_fd, buf, at);
 	for (;;)
@@ -248,7 +261,7 @@ static long write_file(const char *path, const char *data) {
 		return fd;
 	r = SC3(NR_WRITE, fd, data, slen(data));
 	SC1(NR_CLOSE, fd);
-	return r < 0 ? r : 0;
+	return r < 0 ? r : r == slen(data) ? 0 : -EINVAL;
 }
 
 struct ifreq_flags {
@@ -360,7 +373,7 @@ static u64 robust_len;
 static void split(const struct zreq *q) {
 	u64 set = FORWARDED;
 	long pid;
-	char num[24], *argv[3], *p = num + sizeof(num) - 1;
+	char num[24], *argv[3];
 	/* stderr is fd 2 now */
 	CHECK_FD(2, SC4(NR_RT_SIGPROCMASK, SIG_BLOCK, &set, 0, 8), "block the forwarded signals");
 #if defined(__x86_64__)
@@ -381,13 +394,9 @@ static void split(const struct zreq *q) {
 	CHECK_FD(2, pid, "fork the agent");
 	SC1(NR_CLOSE, q->req_target); /* the host must see EOF on the replies when the agent dies */
 	SC1(NR_CLOSE, q->rep_target);
-	*p = 0;
-	do {
-		*--p = (char)('0' + pid % 10);
-		pid /= 10;
-	} while (pid);
+	num[put_num(num, 0, pid)] = 0;
 	argv[0] = (char *)q->reaper;
-	argv[1] = p;
+	argv[1] = num;
 	argv[2] = 0;
 	CHECK_FD(2, SC3(NR_EXECVE, q->reaper, argv, q->envp), "exec the reaper");
 }
@@ -452,30 +461,6 @@ struct timespec_ {
 #define SCM_RIGHTS 1
 #define POLLIN 1
 #define WNOHANG 1
-
-static long put_num(char *buf, long at, long v) {
-	char num[24];
-	long n = 0;
-	u64 u;
-	if (v < 0) {
-		buf[at++] = '-';
-		u = (u64)(-v);
-	} else
-		u = (u64)v;
-	do {
-		num[n++] = (char)('0' + u % 10);
-		u /= 10;
-	} while (u);
-	while (n)
-		buf[at++] = num[--n];
-	return at;
-}
-
-static long put_str(char *buf, long at, const char *s) {
-	while (*s)
-		buf[at++] = *s++;
-	return at;
-}
 
 static long send_msg(const struct zloop *l, const char *msg, long n) {
 	long r;
@@ -546,19 +531,14 @@ static long copy_name(char *dst, const char *src, long n) {
 	return 0;
 }
 
-static long write_map(long pid, const char *name, const char *line, long n) {
+static long write_map(long pid, const char *name, const char *line) {
 	char path[64];
-	long at = put_str(path, 0, "/proc/"), fd, r;
+	long at = put_str(path, 0, "/proc/");
 	at = put_num(path, at, pid);
 	path[at++] = '/';
 	at = put_str(path, at, name);
 	path[at] = 0;
-	fd = SC4(NR_OPENAT, AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return fd;
-	r = SC3(NR_WRITE, fd, line, n);
-	SC1(NR_CLOSE, fd);
-	return r < 0 ? r : r == n ? 0 : -EINVAL;
+	return write_file(path, line);
 }
 
 /* serve_fast forks the child of one fast request, as zygote.py's _fork with _clone_c does; it
@@ -616,8 +596,9 @@ static long serve_fast(struct zloop *l, const unsigned char *m, long n, const in
 	line[at++] = ' ';
 	at = put_num(line, at, l->ids_size);
 	line[at++] = '\n';
+	line[at] = 0;
 	/* Without its maps (P then reads EOF, and exits 121), the host has the error. */
-	if ((r = write_map(pid, "uid_map", line, at)) < 0 || (r = write_map(pid, "gid_map", line, at)) < 0) {
+	if ((r = write_map(pid, "uid_map", line)) < 0 || (r = write_map(pid, "gid_map", line)) < 0) {
 		SC1(NR_CLOSE, p[1]);
 		return reply(l, 0, "writing the child's id map", -r);
 	}
