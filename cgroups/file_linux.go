@@ -38,23 +38,14 @@ func WriteFile(dir, file, data string) error {
 // refused with EINVAL (the task is still being made) is tried again, up to
 // 5 times, 30 ms apart.
 func AddProcess(dir string, pid int) error {
-	path := filepath.Join(dir, "cgroup.procs")
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("moving pid %d to %s: %w", pid, dir, err)
-	}
-	defer unix.Close(fd)
-	b := strconv.AppendInt(nil, int64(pid), 10)
+	var err error
 	for range 5 {
-		if _, err = unix.Write(fd, b); !errors.Is(err, unix.EINVAL) {
+		if err = WriteFile(dir, "cgroup.procs", strconv.Itoa(pid)); !errors.Is(err, unix.EINVAL) {
 			break
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
-	if err != nil {
-		return fmt.Errorf("moving pid %d to %s: %w", pid, dir, err)
-	}
-	return nil
+	return err
 }
 
 // readFile reads dir's cgroup file (they are small: at most 4 KiB is read).
