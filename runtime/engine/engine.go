@@ -518,16 +518,16 @@ func (e *Engine) startSandbox(ctx context.Context, image string, binds ...sandbo
 		}
 		cfg.BridgeDir = bridgeDir
 	}
+	release := func(h *rootfs.RootFS) {
+		if err := h.Release(); err != nil {
+			e.log.Warn("releasing rootfs", "image", image, "err", err)
+		}
+	}
 	cfg.Pin = func() func() {
-		h := fs.Retain()
-		if h == nil {
-			return func() {}
+		if h := fs.Retain(); h != nil {
+			return func() { release(h) }
 		}
-		return func() {
-			if err := h.Release(); err != nil {
-				e.log.Warn("releasing rootfs", "image", image, "err", err)
-			}
-		}
+		return func() {}
 	}
 	cfg.OnDestroy = func() {
 		// Every way a sandbox ends (stateless run, pool recycling, session
@@ -542,9 +542,7 @@ func (e *Engine) startSandbox(ctx context.Context, image string, binds ...sandbo
 		if e.bridge != nil {
 			e.dropGrant(sbID)
 		}
-		if err := fs.Release(); err != nil {
-			e.log.Warn("releasing rootfs", "image", image, "err", err)
-		}
+		release(fs)
 	}
 	sb, err := e.rt.Start(ctx, cfg)
 	if err != nil {
