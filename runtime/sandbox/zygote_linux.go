@@ -183,6 +183,11 @@ type ZygoteStats struct {
 	// forked (SplitTemplates only): from the few fields of a request of the
 	// shape it forked last, with no Python run in the template.
 	FastForks int `json:"fast_forks"`
+	// SpareForks are the fast forks whose child the template had cloned
+	// ahead (a spare, once it had served the fork before): the clone, most
+	// of it the copy of the template's page tables and the network
+	// namespace, was not on the sandbox's start.
+	SpareForks int `json:"spare_forks"`
 }
 
 // ZygoteStats reports zygote mode's counters.
@@ -282,6 +287,7 @@ type zygoteMsg struct {
 	Warm   []string `json:"warm"`
 	Python string   `json:"python"`
 	Helper string   `json:"helper"`
+	Spare  bool     `json:"spare"` // a fast fork's child was the template's spare
 }
 
 // maxZygoteMsg bounds one control message from a template.
@@ -1192,7 +1198,12 @@ func (t *template) request(ctx context.Context, req *forkRequest, prog bpf, fds 
 			return m, fmt.Errorf("zygote template %s: a reply without a pid", t.id)
 		}
 		if fast {
-			t.rt.zstat(func(z *ZygoteStats) { z.FastForks++ })
+			t.rt.zstat(func(z *ZygoteStats) {
+				z.FastForks++
+				if m.Spare {
+					z.SpareForks++
+				}
+			})
 		} else if shape != nil { // the template registered it: it forks the next of its shape in C
 			t.shape = shape
 		}

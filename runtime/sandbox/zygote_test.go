@@ -561,12 +561,14 @@ print(repr(out))`
 // credentials, no capabilities, no_new_privs, seccomp, mounts, the masked
 // /proc, limits, namespaces and descriptors read from inside are the same.
 // So is the second child of the C helper's template, which its request loop
-// in C forked from a fast request (ZygoteStats.FastForks); Python's forks none.
+// in C forked from a fast request (ZygoteStats.FastForks) and had cloned
+// ahead, a spare (SpareForks); Python's forks none. A request of another
+// shape drops the spare: the next spare, and its child, are of that shape.
 func TestZygoteHelper(t *testing.T) {
 	_, root := testenv.Runtime(t)
 	state := map[bool]string{}
 	for _, python := range []bool{false, true} {
-		rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 3, Templates: 1, PythonFork: python})
+		rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 4, Templates: 1, PythonFork: python})
 		sb := startZygote(t, rt, root)
 		state[python] = execOK(t, sb, childState)
 		want := 1
@@ -581,11 +583,25 @@ func TestZygoteHelper(t *testing.T) {
 		if h, id := execOK(t, sb2, "import socket; print(socket.gethostname())"), sb2.ID(); h != "sandbox-"+id[len(id)-6:] {
 			t.Errorf("PythonFork %t: the second child's hostname is %q, want its own (sandbox %s)", python, h, id)
 		}
-		if st := rt.ZygoteStats(); st.Forks != 2 || st.FastForks != want {
-			t.Errorf("PythonFork %t, a second child of the same request shape: stats %+v, want %d fast fork(s)", python, st, want)
+		if st := rt.ZygoteStats(); st.Forks != 2 || st.FastForks != want || st.SpareForks != want {
+			t.Errorf("PythonFork %t, a second child of the same request shape: stats %+v, want %d fast fork(s), from a spare", python, st, want)
 		}
 		if second != state[python] {
 			t.Errorf("PythonFork %t: the second child differs from the first:\nfirst:  %s\nsecond: %s", python, state[python], second)
+		}
+		// Another shape (a larger /tmp), twice: Python forks the first, a spare of the new shape the second.
+		for i := range 2 {
+			sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits, TmpSize: 96 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sb.Destroy() })
+			if got := execOK(t, sb, "import os; s = os.statvfs('/tmp'); print(s.f_blocks * s.f_frsize)"); got != "100663296" {
+				t.Errorf("PythonFork %t, child %d of a new shape: /tmp is %s bytes, want 100663296", python, i+1, got)
+			}
+		}
+		if st := rt.ZygoteStats(); st.Forks != 4 || st.FastForks != 2*want || st.SpareForks != 2*want {
+			t.Errorf("PythonFork %t, two children of a new shape: stats %+v, want %d fast fork(s), each from a spare", python, st, 2*want)
 		}
 	}
 	if state[false] != state[true] {

@@ -52,6 +52,9 @@ typedef unsigned long u64;
 #define NR_WAIT4 61
 #define NR_PPOLL 271
 #define NR_NANOSLEEP 35
+#define NR_SOCKETPAIR 53
+#define NR_SENDMSG 46
+#define NR_KILL 62
 #elif defined(__aarch64__)
 #define NR_READ 63
 #define NR_WRITE 64
@@ -83,6 +86,9 @@ typedef unsigned long u64;
 #define NR_WAIT4 260
 #define NR_PPOLL 73
 #define NR_NANOSLEEP 101
+#define NR_SOCKETPAIR 199
+#define NR_SENDMSG 211
+#define NR_KILL 129
 #else
 #error "zfork: unsupported architecture"
 #endif
@@ -276,11 +282,13 @@ static void child(const struct zreq *q) {
 	/* First: the host learns P's pid from the credentials the kernel sends with this byte. */
 	CHECK(SC3(NR_WRITE, q->go_fd, "p", 1), "write to the host");
 	SC1(NR_CLOSE, q->ctl_fd);
-	SC1(NR_CLOSE, q->map_w_fd);
-	if (read1(q->map_fd, 'm') != 0) /* the template wrote P's uid_map and gid_map */
-		for (;;)
-			SC1(NR_EXIT_GROUP, 121);
-	SC1(NR_CLOSE, q->map_fd);
+	if (q->map_fd >= 0) { /* a spare's maps were written before it was started */
+		SC1(NR_CLOSE, q->map_w_fd);
+		if (read1(q->map_fd, 'm') != 0) /* the template wrote P's uid_map and gid_map */
+			for (;;)
+				SC1(NR_EXIT_GROUP, 121);
+		SC1(NR_CLOSE, q->map_fd);
+	}
 	CHECK(SC3(NR_SETRESGID, 0, 0, 0), "setresgid 0");
 	CHECK(SC3(NR_SETRESUID, 0, 0, 0), "setresuid 0");
 	/* While the host moves P into the sandbox's cgroup, P makes its mounts (no user code yet). */
@@ -401,6 +409,89 @@ static void split(const struct zreq *q) {
 	CHECK_FD(2, SC3(NR_EXECVE, q->reaper, argv, q->envp), "exec the reaper");
 }
 
+/* The kernel's structures, as far as the raw system calls below use them. */
+struct iovec_ {
+	void *base;
+	u64 len;
+};
+struct msghdr_ {
+	void *name;
+	int namelen, pad0;
+	struct iovec_ *iov;
+	u64 iovlen;
+	void *control;
+	u64 controllen;
+	int flags, pad1;
+};
+struct pollfd_ {
+	int fd;
+	short events, revents;
+};
+struct timespec_ {
+	long sec, nsec;
+};
+#define SOL_SOCKET 1
+#define SCM_RIGHTS 1
+#define POLLIN 1
+#define WNOHANG 1
+#define SIGKILL 9
+#define AF_UNIX 1
+#define SOCK_SEQPACKET 5
+
+/* A spare P (serve_fast): cloned by the template's request loop ahead of the fast request it
+ * serves, with the namespaces of the registered shape, so that the clone (a copy of the
+ * template's page tables, and a network namespace: 0.5 ms of it) is not on a sandbox's start.
+ * It waits on its socket for what the request has of its own: the hostname, with the child's
+ * descriptors; its id maps are written before. spare_in is its end of the socket, set only
+ * while the template clones it; the rest is the template's: the spare, and its socket's end. */
+static long spare_in = -1;
+static long spare_pid, spare_fd = -1;
+static long spare_tried; /* a spare was tried since the last fork, or the loop was entered */
+static char spare_host[64];
+#define SPARE_DELAY 2000000 /* ns */
+
+/* spare_start waits, in a spare P, for its request (send_spare) and makes q that request's. */
+static void spare_start(const struct zreq *q) {
+	struct zreq *w = (struct zreq *)q; /* P's own copy of the template's */
+	union {
+		struct {
+			u64 len;
+			int level, type;
+			int fds[8];
+		} c;
+		char raw[64];
+	} ctl;
+	struct iovec_ iov = {spare_host, sizeof(spare_host) - 1};
+	struct msghdr_ mh;
+	long n, i, nfds = 0;
+	SC1(NR_CLOSE, spare_fd);
+	for (i = 0; i < (long)sizeof(mh); i++)
+		((volatile char *)&mh)[i] = 0;
+	for (i = 0; i < (long)sizeof(ctl); i++)
+		ctl.raw[i] = 0;
+	mh.iov = &iov;
+	mh.iovlen = 1;
+	mh.control = &ctl;
+	mh.controllen = sizeof(ctl);
+	do
+		n = SC3(NR_RECVMSG, spare_in, &mh, 0);
+	while (n == -EINTR);
+	if (mh.controllen >= 16 && ctl.c.level == SOL_SOCKET && ctl.c.type == SCM_RIGHTS && ctl.c.len >= 16)
+		nfds = (long)(ctl.c.len - 16) / 4;
+	if (n <= 0 || (nfds != 4 && nfds != 5)) /* dropped (the template closed its end), or malformed */
+		for (;;)
+			SC1(NR_EXIT_GROUP, 121);
+	SC1(NR_CLOSE, spare_in);
+	spare_host[n] = 0;
+	w->req_fd = ctl.c.fds[0];
+	w->rep_fd = ctl.c.fds[1];
+	w->err_fd = ctl.c.fds[2];
+	w->go_fd = ctl.c.fds[3];
+	w->bridge_fd = nfds == 5 ? ctl.c.fds[4] : -1;
+	w->hostname = spare_host;
+	w->map_fd = -1;
+}
+
 __attribute__((visibility("default"))) long zfork(const struct zreq *q) {
 	long pid;
 	if (q->tid_addr && SC3(NR_GET_ROBUST_LIST, 0, &robust_head, &robust_len) < 0)
@@ -408,6 +499,8 @@ __attribute__((visibility("default"))) long zfork(const struct zreq *q) {
 	pid = SC5(NR_CLONE, q->nsflags | SIGCHLD, 0, 0, 0, 0);
 	if (pid != 0)
 		return pid; /* the template: P's pid, or -errno */
+	if (spare_in >= 0)
+		spare_start(q);
 	child(q);
 	if (q->tid_addr)
 		split(q);
@@ -437,30 +530,6 @@ struct zloop {
 #define FAST_HEADER 8
 #define FAST_BRIDGE 1
 
-struct iovec_ {
-	void *base;
-	u64 len;
-};
-struct msghdr_ {
-	void *name;
-	int namelen, pad0;
-	struct iovec_ *iov;
-	u64 iovlen;
-	void *control;
-	u64 controllen;
-	int flags, pad1;
-};
-struct pollfd_ {
-	int fd;
-	short events, revents;
-};
-struct timespec_ {
-	long sec, nsec;
-};
-#define SOL_SOCKET 1
-#define SCM_RIGHTS 1
-#define POLLIN 1
-#define WNOHANG 1
 
 static long send_msg(const struct zloop *l, const char *msg, long n) {
 	long r;
@@ -472,7 +541,7 @@ static long send_msg(const struct zloop *l, const char *msg, long n) {
 
 /* reply sends the answer to the fork request being served: its pid, or the step that failed.
  * It returns 1, or -errno if the send failed (serve_fast's results). */
-static long reply(const struct zloop *l, long pid, const char *step, long err) {
+static long reply(const struct zloop *l, long pid, const char *step, long err, long spare) {
 	char buf[256];
 	long at = put_str(buf, 0, "{\"op\":\"forked\",\"id\":\"");
 	at = put_str(buf, at, l->id);
@@ -485,7 +554,7 @@ static long reply(const struct zloop *l, long pid, const char *step, long err) {
 	} else {
 		at = put_str(buf, at, "\",\"pid\":");
 		at = put_num(buf, at, pid);
-		buf[at++] = '}';
+		at = put_str(buf, at, spare ? ",\"spare\":true}" : "}");
 	}
 	at = send_msg(l, buf, at);
 	return at < 0 ? at : 1;
@@ -504,6 +573,12 @@ static long reap(const struct zloop *l) {
 			continue;
 		if (pid <= 0)
 			return 0; /* none left to reap now, or no child at all */
+		if (pid == spare_pid) { /* a spare that died unused: the host never heard of it */
+			spare_pid = 0;
+			SC1(NR_CLOSE, spare_fd);
+			spare_fd = -1;
+			continue;
+		}
 		/* os.waitstatus_to_exitcode: the exit status, or minus the signal */
 		code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : -(status & 0x7f);
 		at = put_str(buf, 0, "{\"op\":\"exit\",\"pid\":");
@@ -541,25 +616,131 @@ static long write_map(long pid, const char *name, const char *line) {
 	return write_file(path, line);
 }
 
+/* map_line is the id map of fast request m's child: its ids 0 ... ids_size-1 onto the
+ * template's from the request's first host id. */
+static void map_line(const struct zloop *l, const unsigned char *m, char *line) {
+	long at = put_str(line, 0, "0 ");
+	at = put_num(line, at, (long)(m[4] | (m[5] << 8) | (m[6] << 16) | ((u64)m[7] << 24)));
+	line[at++] = ' ';
+	at = put_num(line, at, l->ids_size);
+	line[at++] = '\n';
+	line[at] = 0;
+}
+
+static long write_maps(long pid, const char *line) {
+	long r = write_map(pid, "uid_map", line);
+	return r < 0 ? r : write_map(pid, "gid_map", line);
+}
+
+/* drop_spare kills the spare, if any, and reaps it: the host never hears of its exit. */
+static void drop_spare(void) {
+	int status;
+	if (!spare_pid)
+		return;
+	SC2(NR_KILL, spare_pid, SIGKILL);
+	while (SC4(NR_WAIT4, spare_pid, &status, 0, 0) == -EINTR)
+		;
+	SC1(NR_CLOSE, spare_fd);
+	spare_pid = 0;
+	spare_fd = -1;
+}
+
+/* make_spare clones a spare P of the registered shape; it returns 0 in the agent Q that the
+ * spare makes once started, else 1 (without a spare if the clone failed: the next fast request
+ * clones its own child). */
+static long make_spare(struct zloop *l) {
+	int sv[2];
+	long pid;
+	spare_tried = 1;
+	if (SC4(NR_SOCKETPAIR, AF_UNIX, SOCK_SEQPACKET | O_CLOEXEC, 0, sv) < 0)
+		return 1;
+	spare_fd = sv[0];
+	spare_in = sv[1];
+	l->before_fork();
+	pid = zfork(l->q);
+	if (pid == 0)
+		return 0; /* Q */
+	l->after_fork_parent();
+	SC1(NR_CLOSE, spare_in);
+	spare_in = -1;
+	if (pid < 0) {
+		SC1(NR_CLOSE, spare_fd);
+		spare_fd = -1;
+		return 1;
+	}
+	spare_pid = pid;
+	return 1;
+}
+
+/* send_spare makes the spare fast request m's child: its id maps, then the hostname and the
+ * child's descriptors on its socket (spare_start). It returns 1 once the host has its answer,
+ * < 0 if the control socket failed, or 2 if the spare is gone (dropped: the caller clones). */
+static long send_spare(struct zloop *l, const unsigned char *m, const int *fds, long nfds) {
+	union {
+		struct {
+			u64 len;
+			int level, type;
+			int fds[8];
+		} c;
+		char raw[64];
+	} ctl;
+	struct iovec_ iov = {l->hostname, m[3]};
+	struct msghdr_ mh;
+	char line[64];
+	long i, r, pid = spare_pid;
+	map_line(l, m, line);
+	if (write_maps(pid, line) < 0) {
+		drop_spare();
+		return 2;
+	}
+	for (i = 0; i < (long)sizeof(ctl); i++)
+		ctl.raw[i] = 0;
+	for (i = 0; i < (long)sizeof(mh); i++)
+		((volatile char *)&mh)[i] = 0;
+	ctl.c.len = 16 + 4 * (u64)nfds;
+	ctl.c.level = SOL_SOCKET;
+	ctl.c.type = SCM_RIGHTS;
+	for (i = 0; i < nfds; i++)
+		ctl.c.fds[i] = fds[i];
+	mh.iov = &iov;
+	mh.iovlen = 1;
+	mh.control = &ctl;
+	mh.controllen = 16 + ((4 * (u64)nfds + 7) & ~7UL);
+	do
+		r = SC3(NR_SENDMSG, spare_fd, &mh, 0);
+	while (r == -EINTR);
+	if (r != (long)m[3]) {
+		drop_spare();
+		return 2;
+	}
+	SC1(NR_CLOSE, spare_fd);
+	spare_fd = -1;
+	spare_pid = 0;
+	l->forks++;
+	return reply(l, pid, 0, 0, 1);
+}
+
 /* serve_fast forks the child of one fast request, as zygote.py's _fork with _clone_c does; it
  * returns 0 in the agent Q, 1 in the template (the host has its answer), or < 0 if the control
  * socket failed. */
 static long serve_fast(struct zloop *l, const unsigned char *m, long n, const int *fds, long nfds) {
 	struct zreq *q = l->q;
-	long want, pid = 0, waited = 0, delay = 2000000, p[2], r, at;
+	long want, pid = 0, waited = 0, delay = 2000000, p[2], r;
 	int pipefd[2];
 	char line[64];
 	want = (m[1] & FAST_BRIDGE) ? 5 : 4;
 	if (n != FAST_HEADER + m[2] + m[3] || copy_name(l->id, (const char *)m + FAST_HEADER, m[2]) < 0) {
 		l->id[0] = 0;
-		return reply(l, 0, "a malformed fast fork request", EINVAL);
+		return reply(l, 0, "a malformed fast fork request", EINVAL, 0);
 	}
 	if (copy_name(l->hostname, (const char *)m + FAST_HEADER + m[2], m[3]) < 0)
-		return reply(l, 0, "a fast fork request's hostname", EINVAL);
+		return reply(l, 0, "a fast fork request's hostname", EINVAL, 0);
 	if (nfds != want)
-		return reply(l, 0, "a fast fork request's descriptors", EINVAL);
+		return reply(l, 0, "a fast fork request's descriptors", EINVAL, 0);
+	if (spare_pid && (r = send_spare(l, m, fds, nfds)) != 2)
+		return r;
 	if ((r = SC2(NR_PIPE2, pipefd, O_CLOEXEC)) < 0)
-		return reply(l, 0, "pipe", -r);
+		return reply(l, 0, "pipe", -r, 0);
 	p[0] = pipefd[0];
 	p[1] = pipefd[1];
 	q->map_fd = p[0];
@@ -588,31 +769,27 @@ static long serve_fast(struct zloop *l, const unsigned char *m, long n, const in
 	SC1(NR_CLOSE, p[0]);
 	if (pid < 0) {
 		SC1(NR_CLOSE, p[1]);
-		return reply(l, 0, "clone", -pid);
+		return reply(l, 0, "clone", -pid, 0);
 	}
 	l->forks++;
-	at = put_str(line, 0, "0 ");
-	at = put_num(line, at, (long)(m[4] | (m[5] << 8) | (m[6] << 16) | ((u64)m[7] << 24)));
-	line[at++] = ' ';
-	at = put_num(line, at, l->ids_size);
-	line[at++] = '\n';
-	line[at] = 0;
+	map_line(l, m, line);
 	/* Without its maps (P then reads EOF, and exits 121), the host has the error. */
-	if ((r = write_map(pid, "uid_map", line)) < 0 || (r = write_map(pid, "gid_map", line)) < 0) {
+	if ((r = write_maps(pid, line)) < 0) {
 		SC1(NR_CLOSE, p[1]);
-		return reply(l, 0, "writing the child's id map", -r);
+		return reply(l, 0, "writing the child's id map", -r, 0);
 	}
 	r = SC3(NR_WRITE, p[1], "m", 1);
 	SC1(NR_CLOSE, p[1]);
 	if (r != 1)
-		return reply(l, 0, "waking the child", r < 0 ? -r : EINVAL);
-	return reply(l, pid, 0, 0);
+		return reply(l, 0, "waking the child", r < 0 ? -r : EINVAL, 0);
+	return reply(l, pid, 0, 0, 0);
 }
 
 /* zserve serves fast fork requests and children's exits until a message comes that is for
  * Python (returns 1: msglen bytes in buf, nfds descriptors in fds), the host closes its end
  * (2), or the control socket fails (-errno). In a child it forked, it returns 0. */
 __attribute__((visibility("default"))) long zserve(struct zloop *l) {
+	spare_tried = 0; /* Python may have registered a shape */
 	for (;;) {
 		struct pollfd_ pfd[2] = {{(int)l->ctl_fd, POLLIN, 0}, {(int)l->wake_fd, POLLIN, 0}};
 		union {
@@ -627,9 +804,19 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 		struct msghdr_ mh;
 		long n, i, nfds = 0, r;
 		int fds[8];
-		r = SC5(NR_PPOLL, pfd, 2, 0, 0, 8);
+		/* The spare is cloned once no message came for SPARE_DELAY: not while the last child
+		 * sets itself up, whose mounts and loopback take the kernel's locks that a clone with
+		 * new mount and network namespaces holds. */
+		struct timespec_ idle = {0, SPARE_DELAY};
+		long want_spare = l->q && !spare_pid && !spare_tried;
+		r = SC5(NR_PPOLL, pfd, 2, want_spare ? &idle : 0, 0, 8);
 		if (r == -EINTR)
 			continue;
+		if (r == 0) {
+			if (make_spare(l) == 0)
+				return 0; /* in Q */
+			continue;
+		}
 		if (r < 0)
 			return r;
 		if (pfd[1].revents) {
@@ -666,6 +853,7 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 			return 2;
 		}
 		if (l->q == 0 || n < FAST_HEADER || l->buf[0] != 'F') {
+			drop_spare(); /* of the shape that Python may change */
 			l->msglen = n;
 			l->nfds = nfds;
 			for (i = 0; i < nfds; i++)
@@ -675,6 +863,7 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 		r = serve_fast(l, (const unsigned char *)l->buf, n, fds, nfds);
 		if (r == 0)
 			return 0; /* in Q */
+		spare_tried = 0;
 		for (i = 0; i < nfds; i++)
 			SC1(NR_CLOSE, fds[i]);
 		if (r < 0)
