@@ -45,6 +45,8 @@ typedef unsigned long u64;
 #define NR_EXECVE 59
 #define NR_GETTID 186
 #define NR_SET_ROBUST_LIST 273
+#define NR_SET_TID_ADDRESS 218
+#define NR_FUTEX 202
 #define NR_GET_ROBUST_LIST 274
 #define NR_RECVMSG 47
 #define NR_SENDTO 44
@@ -276,6 +278,27 @@ struct ifreq_flags {
 	char pad[22];
 };
 
+/* ends reports whether s ends with suffix. */
+static long ends(const char *s, const char *suffix) {
+	long n = slen(s), m = slen(suffix), i;
+	if (m > n)
+		return 0;
+	for (i = 0; i < m; i++)
+		if (s[n - m + i] != suffix[i])
+			return 0;
+	return 1;
+}
+
+static long is_cgroup_limit(const char *path) { return ends(path, "/max_cgroup_namespaces"); }
+
+static long is_proc_sys(const char *path) { return slen(path) == 9 && ends(path, "/proc/sys"); }
+
+static void readonly(const struct zreq *q, const char *path) {
+	CHECK(xmount(path, path, 0, MS_BIND | MS_REC, 0), "bind a /proc path");
+	CHECK(xmount(path, path, 0, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0),
+	      "remount a /proc path read-only");
+}
+
 static void child(const struct zreq *q) {
 	long i;
 	const char *const *p;
@@ -322,19 +345,16 @@ static void child(const struct zreq *q) {
 		CHECK(SC3(NR_IOCTL, s, SIOCSIFFLAGS, &ifr), "loopback up");
 		SC1(NR_CLOSE, s);
 	}
-	if (read1(q->go_fd, 'g') != 0) /* the host moved P into the sandbox's cgroup */
-		for (;;)
-			SC1(NR_EXIT_GROUP, 122);
-	SC1(NR_CLOSE, q->go_fd);
-	/* Only now: the cgroup namespace's root is the cgroup P is in when it is made. */
-	CHECK(SC1(NR_UNSHARE, CLONE_NEWCGROUP), "unshare cgroup");
-	for (i = 0; q->ulimit_paths[i]; i++) /* after the last namespace */
-		CHECK(write_file(q->ulimit_paths[i], q->ulimit_values[i]), "user limits");
-	for (p = q->readonly; *p; p++) { /* after the writes to /proc/sys */
-		CHECK(xmount(*p, *p, 0, MS_BIND | MS_REC, 0), "bind a /proc path");
-		CHECK(xmount(*p, *p, 0, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0),
-		      "remount a /proc path read-only");
-	}
+	/* What does not wait for the cgroup, while the host moves P (zygote.py's _init has the
+	 * order of the Python steps, with the same outcome): the user limits but the cgroup
+	 * namespaces' (P makes one below), /proc read-only but /proc/sys (where they are written),
+	 * the rlimits, and the bounding set (P keeps its effective capabilities until setresuid). */
+	for (i = 0; q->ulimit_paths[i]; i++)
+		if (!is_cgroup_limit(q->ulimit_paths[i]))
+			CHECK(write_file(q->ulimit_paths[i], q->ulimit_values[i]), "user limits");
+	for (p = q->readonly; *p; p++)
+		if (!is_proc_sys(*p))
+			readonly(q, *p);
 	for (i = 0; i < q->nrlimits; i++) {
 		u64 lim[2];
 		lim[0] = (u64)q->rlimits[3 * i + 1];
@@ -343,6 +363,18 @@ static void child(const struct zreq *q) {
 	}
 	for (i = 0; i <= q->cap_last; i++)
 		CHECK(SC5(NR_PRCTL, PR_CAPBSET_DROP, i, 0, 0, 0), "drop the bounding set");
+	if (read1(q->go_fd, 'g') != 0) /* the host moved P into the sandbox's cgroup */
+		for (;;)
+			SC1(NR_EXIT_GROUP, 122);
+	SC1(NR_CLOSE, q->go_fd);
+	/* Only now: the cgroup namespace's root is the cgroup P is in when it is made. */
+	CHECK(SC1(NR_UNSHARE, CLONE_NEWCGROUP), "unshare cgroup");
+	for (i = 0; q->ulimit_paths[i]; i++) /* after the last namespace */
+		if (is_cgroup_limit(q->ulimit_paths[i]))
+			CHECK(write_file(q->ulimit_paths[i], q->ulimit_values[i]), "user limits");
+	for (p = q->readonly; *p; p++) /* after the writes to /proc/sys */
+		if (is_proc_sys(*p))
+			readonly(q, *p);
 	CHECK(SC2(NR_SETGROUPS, 0, 0), "setgroups");
 	CHECK(SC3(NR_SETRESGID, q->uid, q->uid, q->uid), "setresgid");
 	CHECK(SC3(NR_SETRESUID, q->uid, q->uid, q->uid), "setresuid"); /* every capability is gone */
@@ -377,36 +409,107 @@ static void child(const struct zreq *q) {
 static void *robust_head;
 static u64 robust_len;
 
-/* split makes the agent Q, P's child, and turns P into the reaper; it returns in Q only. */
-static void split(const struct zreq *q) {
-	u64 set = FORWARDED;
-	long pid;
+/* reaper_exec turns P into the reaper of the agent pid. */
+static void __attribute__((noreturn, used)) reaper_exec(const struct zreq *q, long pid) {
 	char num[24], *argv[3];
-	/* stderr is fd 2 now */
-	CHECK_FD(2, SC4(NR_RT_SIGPROCMASK, SIG_BLOCK, &set, 0, 8), "block the forwarded signals");
-#if defined(__x86_64__)
-	pid = SC5(NR_CLONE, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, q->tid_addr, 0);
-#else
-	pid = SC5(NR_CLONE, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, 0, q->tid_addr);
-#endif
-	if (pid == 0) { /* Q: the forwarded signals stay blocked until zygote.py unblocks them */
-		if (*(volatile int *)q->tid_addr != (int)SC0(NR_GETTID))
-			fail(2, "the agent's tid is not where the template found glibc's", -22);
-		/* A new process has no robust-futex list; glibc's fork registers the thread's own
-		 * (its struct pthread is the template's, copied), so the agent's is too. Its result
-		 * is ignored, as glibc ignores it. */
-		if (robust_head)
-			SC2(NR_SET_ROBUST_LIST, robust_head, robust_len);
-		return;
-	}
-	CHECK_FD(2, pid, "fork the agent");
 	SC1(NR_CLOSE, q->req_target); /* the host must see EOF on the replies when the agent dies */
 	SC1(NR_CLOSE, q->rep_target);
 	num[put_num(num, 0, pid)] = 0;
 	argv[0] = (char *)q->reaper;
 	argv[1] = num;
 	argv[2] = 0;
-	CHECK_FD(2, SC3(NR_EXECVE, q->reaper, argv, q->envp), "exec the reaper");
+	fail(2, "exec the reaper", SC3(NR_EXECVE, q->reaper, argv, q->envp));
+}
+
+#if defined(__x86_64__)
+#define CLONE_VM 0x100
+/* clone_agent clones Q with CLONE_VM: Q shares P's memory until P's exec of the reaper gives P
+ * memory of its own, and then has it alone, so neither a copy of the template's page tables
+ * (0.3 ms of each start) nor P's teardown of them is made. Until then Q waits on a stack of its
+ * own (agent_stack, for a signal's frame) for the kernel to clear split_word and wake it, which
+ * an exec does as an exit does for a thread's clear_child_tid (set_tid_address); then it takes
+ * up P's stack where the clone returned, as P left it: P runs its part (reaper_exec) 1 KiB
+ * below that, and never comes back. It returns 0 in Q and -errno in P if the clone failed. */
+static volatile int split_word;
+static char agent_stack[8192] __attribute__((aligned(16)));
+
+/* clone_vm is clone_agent's system call, alone in its function: its register variables must be
+ * where the asm wants them, with no other call in between. */
+static long __attribute__((noinline)) clone_vm(const struct zreq *q) {
+	register long ret __asm__("rax") = NR_CLONE;
+	register long flags __asm__("rdi") = CLONE_VM | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD;
+	register long stack __asm__("rsi") = (long)(agent_stack + sizeof(agent_stack));
+	register long ptid __asm__("rdx") = 0;
+	register long ctid __asm__("r10") = (long)q->tid_addr;
+	register long tls __asm__("r8") = 0;
+	register long word __asm__("r14") = (long)&split_word;
+	register long exec __asm__("r13") = (long)reaper_exec;
+	register long req __asm__("r15") = (long)q;
+	__asm__ volatile("mov %%rsp, %%r12\n\t"
+			 "syscall\n\t"
+			 "test %%rax, %%rax\n\t"
+			 "jz 2f\n\t"
+			 "js 4f\n\t"
+			 /* P: the reaper, below the stack that Q takes up */
+			 "sub $1024, %%rsp\n\t"
+			 "and $-16, %%rsp\n\t"
+			 "mov %%r15, %%rdi\n\t"
+			 "mov %%rax, %%rsi\n\t"
+			 "call *%%r13\n\t"
+			 "ud2\n\t"
+			 /* Q: wait for P's exec */
+			 "2:\n\t"
+			 "movl (%%r14), %%edx\n\t"
+			 "test %%edx, %%edx\n\t"
+			 "jz 3f\n\t"
+			 "mov %[futex], %%eax\n\t"
+			 "mov %%r14, %%rdi\n\t"
+			 "xor %%esi, %%esi\n\t" /* FUTEX_WAIT */
+			 "xor %%r10d, %%r10d\n\t"
+			 "syscall\n\t"
+			 "jmp 2b\n\t"
+			 "3:\n\t"
+			 "mov %%r12, %%rsp\n\t"
+			 "xor %%eax, %%eax\n\t"
+			 "4:\n\t"
+			 : "+r"(ret), "+r"(flags), "+r"(stack), "+r"(ptid), "+r"(ctid), "+r"(tls)
+			 : "r"(word), "r"(exec), "r"(req), [futex] "i"(NR_FUTEX)
+			 : "rcx", "r9", "r11", "r12", "memory", "cc");
+	return ret;
+}
+
+static long clone_agent(const struct zreq *q) {
+	split_word = 1;
+	SC1(NR_SET_TID_ADDRESS, &split_word);
+	return clone_vm(q);
+}
+#else
+/* clone_agent clones Q as a copy of P's memory (arm64: the CLONE_VM split is x86-64's only);
+ * it returns 0 in Q and -errno in P if the clone failed. */
+static long clone_agent(const struct zreq *q) {
+	long pid = SC5(NR_CLONE, CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD, 0, 0, 0, q->tid_addr);
+	if (pid > 0)
+		reaper_exec(q, pid);
+	return pid;
+}
+#endif
+
+/* split makes the agent Q, P's child, and turns P into the reaper; it returns in Q only. */
+static void split(const struct zreq *q) {
+	u64 set = FORWARDED;
+	long pid;
+	/* stderr is fd 2 now */
+	CHECK_FD(2, SC4(NR_RT_SIGPROCMASK, SIG_BLOCK, &set, 0, 8), "block the forwarded signals");
+	pid = clone_agent(q);
+	CHECK_FD(2, pid, "fork the agent");
+	/* Q: the forwarded signals stay blocked until zygote.py unblocks them */
+	if (*(volatile int *)q->tid_addr != (int)SC0(NR_GETTID))
+		fail(2, "the agent's tid is not where the template found glibc's", -22);
+	/* A new process has no robust-futex list; glibc's fork registers the thread's own
+	 * (its struct pthread is the template's, copied), so the agent's is too. Its result
+	 * is ignored, as glibc ignores it. */
+	if (robust_head)
+		SC2(NR_SET_ROBUST_LIST, robust_head, robust_len);
 }
 
 /* The kernel's structures, as far as the raw system calls below use them. */
