@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
@@ -188,6 +189,11 @@ type ZygoteStats struct {
 	// of it the copy of the template's page tables and the network
 	// namespace, was not on the sandbox's start.
 	SpareForks int `json:"spare_forks"`
+	// WriteSets are the write sets sent to templates (one each, from its
+	// first child: zygote_writeset_linux.go), and WriteSetPages the pages
+	// of the last one.
+	WriteSets     int `json:"write_sets"`
+	WriteSetPages int `json:"write_set_pages"`
 }
 
 // ZygoteStats reports zygote mode's counters.
@@ -215,6 +221,9 @@ type template struct {
 	procs   *os.File       // the template's own cgroup.procs (see beat), nil if not opened
 	pid     string         // of the template's init, on the host
 	helper  string         // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
+	// writeSet: the write set was taken from the first child to reach
+	// hello, and sent (or that was tried).
+	writeSet atomic.Bool
 
 	forkMu sync.Mutex      // one fork request at a time
 	sent   map[string]bool // seccomp programs the template has, by id (under forkMu)
@@ -1048,6 +1057,9 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		return nil, fmt.Errorf("sandbox %s %w: %w%s", id, errAgentStart, err, s.stderrNote())
 	}
 	s.hello = hello
+	if t.helper == "split" && !t.writeSet.Swap(true) {
+		t.sendWriteSet(k.hostPid) // before the sandbox runs code: its caller has it only below
+	}
 	r.zstat(func(z *ZygoteStats) { z.Forks++ })
 	r.log.Debug("sandbox forked", "sandbox", id, "template", t.id, "slot", slot, "reply", tReply, "started", tRun, "total", time.Since(t0))
 	return s, nil
