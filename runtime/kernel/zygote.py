@@ -360,6 +360,21 @@ def _load_helper():
     _tid_addr = _find_tid()
 
 
+def _rseq_area():
+    """glibc's rseq area of this thread (2.35 and later register one per thread), or 0: the C
+    split registers it again in the agent, whose clone the kernel keeps none for (CLONE_VM)."""
+    try:
+        offset = ctypes.c_long.in_dll(libc, "__rseq_offset").value
+        size = ctypes.c_uint.in_dll(libc, "__rseq_size").value
+    except ValueError:
+        return 0
+    if not size:
+        return 0
+    pthread_self = libc.pthread_self
+    pthread_self.restype = ctypes.c_void_p
+    return pthread_self() + offset
+
+
 def _find_tid():
     """The address of the tid glibc keeps for this thread (in its struct pthread), or None.
 
@@ -414,7 +429,7 @@ class ZReq(ctypes.Structure):
                 ("masked_dirs", _P), ("masked_files", _P), ("readonly", _P),
                 ("ulimit_paths", _P), ("ulimit_values", _P), ("fprog", _P),
                 ("req_target", _L), ("rep_target", _L),
-                ("tid_addr", _P), ("reaper", ctypes.c_char_p), ("envp", _P)]
+                ("tid_addr", _P), ("reaper", ctypes.c_char_p), ("envp", _P), ("rseq_area", _P)]
 
 
 def _strv(items):
@@ -462,7 +477,8 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
              readonly=ctypes.addressof(_fixed[2]),
              ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
              fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD,
-             tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(env))
+             tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(env),
+             rseq_area=_rseq_area())
     global _last
     _last = (q, req, program, ulimits, rlimits, env, _fixed)  # what q points to, kept alive with it
     delay, waited = 0.002, 0.0

@@ -553,6 +553,17 @@ head, size = ctypes.c_void_p(), ctypes.c_size_t()
 nr = {"x86_64": 274, "aarch64": 100}[os.uname().machine]  # get_robust_list
 rc = ctypes.CDLL(None, use_errno=True).syscall(nr, 0, ctypes.byref(head), ctypes.byref(size))
 out["robust_list"] = (rc, bool(head.value), size.value)
+libc = ctypes.CDLL(None, use_errno=True)
+try:  # glibc's rseq area (2.35+): registering it again fails with EBUSY where it is registered
+    off, rsize = ctypes.c_long.in_dll(libc, "__rseq_offset").value, ctypes.c_uint.in_dll(libc, "__rseq_size").value
+except ValueError:
+    off = rsize = 0
+if rsize:
+    libc.pthread_self.restype = ctypes.c_void_p
+    m = os.uname().machine
+    rc = libc.syscall({"x86_64": 334, "aarch64": 293}[m], ctypes.c_void_p(libc.pthread_self() + off), 32, 0,
+                      {"x86_64": 0x53053053, "aarch64": 0xd428bc00}[m])
+    out["rseq"] = (rc, ctypes.get_errno())
 print(repr(out))`
 
 // TestZygoteHelper: templates make their children with the C helper
@@ -611,7 +622,7 @@ func TestZygoteHelper(t *testing.T) {
 		"'Seccomp': ['2']", "'Uid': ['1000', '1000', '1000', '1000']", "'pid1_exe': '/opt/forge/agent/reaper'",
 		"'proc_sys': 30", "'cwd': '/workspace'", "('/proc/keys', ('rw'", "('/proc/acpi', ('ro', 'tmpfs'",
 		"'rlimits': [(1024, 1024), (0, 0)", "('/proc/sys', ('ro'", "'lo': 73", "'max_user_namespaces', '0'",
-		"'pthread_kill_main': [None]", "'main_cpu_clock': True", "'robust_list': (0, True, 24)"} {
+		"'pthread_kill_main': [None]", "'main_cpu_clock': True", "'robust_list': (0, True, 24)", "'rseq': (-1, 16)"} {
 		if !strings.Contains(state[false], want) {
 			t.Errorf("a child of the C helper: no %s in %s", want, state[false])
 		}

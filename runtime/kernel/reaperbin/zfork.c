@@ -46,6 +46,8 @@ typedef unsigned long u64;
 #define NR_GETTID 186
 #define NR_SET_ROBUST_LIST 273
 #define NR_SET_TID_ADDRESS 218
+#define NR_RSEQ 334
+#define RSEQ_SIG 0x53053053
 #define NR_FUTEX 202
 #define NR_GET_ROBUST_LIST 274
 #define NR_RECVMSG 47
@@ -90,6 +92,8 @@ typedef unsigned long u64;
 #define NR_PPOLL 73
 #define NR_NANOSLEEP 101
 #define NR_SOCKETPAIR 199
+#define NR_RSEQ 293
+#define RSEQ_SIG 0xd428bc00
 #define NR_MADVISE 233
 #define NR_SENDMSG 211
 #define NR_KILL 129
@@ -195,6 +199,7 @@ struct zreq {
 	int *tid_addr;
 	const char *reaper; /* exec'd as: reaper <the agent's pid> */
 	char *const *envp;
+	void *rseq_area; /* glibc's rseq area of the calling thread (32 bytes), or 0 */
 };
 
 static long slen(const char *s) {
@@ -512,6 +517,11 @@ static void split(const struct zreq *q) {
 	 * is ignored, as glibc ignores it. */
 	if (robust_head)
 		SC2(NR_SET_ROBUST_LIST, robust_head, robust_len);
+	/* The kernel keeps no rseq area for a clone with CLONE_VM (a copy keeps its parent's), where
+	 * glibc thinks it has one: sched_getcpu would read a CPU number nobody updates. The same
+	 * area again, as glibc registers it (a copy's fails with EBUSY, and is ignored). */
+	if (q->rseq_area)
+		SC4(NR_RSEQ, q->rseq_area, 32, 0, RSEQ_SIG);
 }
 
 /* The kernel's structures, as far as the raw system calls below use them. */
