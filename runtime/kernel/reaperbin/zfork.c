@@ -202,6 +202,13 @@ struct zreq {
 	void *rseq_area; /* glibc's rseq area of the calling thread (32 bytes), or 0 */
 };
 
+/* zero clears n bytes at p (volatile: the compiler would make it a call to memset). */
+static void zero(void *p, long n) {
+	volatile char *b = p;
+	while (n--)
+		b[n] = 0;
+}
+
 static long slen(const char *s) {
 	long n = 0;
 	while (s[n])
@@ -342,8 +349,7 @@ static void child(const struct zreq *q) {
 	{
 		struct ifreq_flags ifr;
 		long s;
-		for (i = 0; i < (long)sizeof(ifr); i++)
-			((volatile char *)&ifr)[i] = 0;
+		zero(&ifr, sizeof(ifr));
 		ifr.name[0] = 'l';
 		ifr.name[1] = 'o';
 		ifr.flags = IFF_UP | IFF_LOOPBACK | IFF_RUNNING;
@@ -553,6 +559,16 @@ struct timespec_ {
 #define AF_UNIX 1
 #define SOCK_SEQPACKET 5
 
+/* A control message with up to 8 descriptors (SCM_RIGHTS). */
+union fds_cmsg {
+	struct {
+		u64 len;
+		int level, type;
+		int fds[8];
+	} c;
+	char raw[64];
+};
+
 /* A spare P (serve_fast): cloned by the template's request loop ahead of the fast request it
  * serves, with the namespaces of the registered shape, so that the clone (a copy of the
  * template's page tables, and a network namespace: 0.5 ms of it) is not on a sandbox's start.
@@ -603,14 +619,7 @@ static void store_ws(const unsigned char *m, long n) {
 /* spare_start waits, in a spare P, for its request (send_spare) and makes q that request's. */
 static void spare_start(const struct zreq *q) {
 	struct zreq *w = (struct zreq *)q; /* P's own copy of the template's */
-	union {
-		struct {
-			u64 len;
-			int level, type;
-			int fds[8];
-		} c;
-		char raw[64];
-	} ctl;
+	union fds_cmsg ctl;
 	struct iovec_ iov = {spare_host, sizeof(spare_host) - 1};
 	struct msghdr_ mh;
 	long n, i, nfds = 0;
@@ -622,10 +631,8 @@ static void spare_start(const struct zreq *q) {
 			break; /* the request came: the agent faults in the rest itself */
 		SC3(NR_MADVISE, ws_start[i], ws_pages[i] << 12, MADV_POPULATE_WRITE);
 	}
-	for (i = 0; i < (long)sizeof(mh); i++)
-		((volatile char *)&mh)[i] = 0;
-	for (i = 0; i < (long)sizeof(ctl); i++)
-		ctl.raw[i] = 0;
+	zero(&mh, sizeof(mh));
+	zero(&ctl, sizeof(ctl));
 	mh.iov = &iov;
 	mh.iovlen = 1;
 	mh.control = &ctl;
@@ -833,14 +840,7 @@ static long make_spare(struct zloop *l) {
  * child's descriptors on its socket (spare_start). It returns 1 once the host has its answer,
  * < 0 if the control socket failed, or 2 if the spare is gone (dropped: the caller clones). */
 static long send_spare(struct zloop *l, const unsigned char *m, const int *fds, long nfds) {
-	union {
-		struct {
-			u64 len;
-			int level, type;
-			int fds[8];
-		} c;
-		char raw[64];
-	} ctl;
+	union fds_cmsg ctl;
 	struct iovec_ iov = {l->hostname, m[3]};
 	struct msghdr_ mh;
 	char line[64];
@@ -850,10 +850,8 @@ static long send_spare(struct zloop *l, const unsigned char *m, const int *fds, 
 		drop_spare();
 		return 2;
 	}
-	for (i = 0; i < (long)sizeof(ctl); i++)
-		ctl.raw[i] = 0;
-	for (i = 0; i < (long)sizeof(mh); i++)
-		((volatile char *)&mh)[i] = 0;
+	zero(&ctl, sizeof(ctl));
+	zero(&mh, sizeof(mh));
 	ctl.c.len = 16 + 4 * (u64)nfds;
 	ctl.c.level = SOL_SOCKET;
 	ctl.c.type = SCM_RIGHTS;
@@ -949,14 +947,7 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 	spare_tried = 0; /* Python may have registered a shape */
 	for (;;) {
 		struct pollfd_ pfd[2] = {{(int)l->ctl_fd, POLLIN, 0}, {(int)l->wake_fd, POLLIN, 0}};
-		union {
-			struct {
-				u64 len;
-				int level, type;
-				int fds[8];
-			} c;
-			char raw[64];
-		} ctl;
+		union fds_cmsg ctl;
 		struct iovec_ iov;
 		struct msghdr_ mh;
 		long n, i, nfds = 0, r;
@@ -984,10 +975,8 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 			continue;
 		iov.base = l->buf;
 		iov.len = (u64)l->bufsize;
-		for (i = 0; i < (long)sizeof(ctl); i++)
-			ctl.raw[i] = 0;
-		for (i = 0; i < (long)sizeof(mh); i++)
-			((volatile char *)&mh)[i] = 0;
+		zero(&ctl, sizeof(ctl));
+		zero(&mh, sizeof(mh));
 		mh.iov = &iov;
 		mh.iovlen = 1;
 		mh.control = &ctl;
