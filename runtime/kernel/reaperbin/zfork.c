@@ -13,7 +13,9 @@
  * of the shape Python last registered, and the exits of children, with no Python run in the
  * template between forks, so that the template writes to few of the pages it shares with its
  * children (each written page is a copy after every fork: about 330 of them per fork when Python
- * served each request); every other message it hands to Python.
+ * served each request); every other message it hands to Python. Once idle it clones the next
+ * child's P ahead (a spare, which writes the agent's write set ahead while it waits), and on
+ * x86-64 P clones the agent with CLONE_VM (clone_agent).
  *
  * It is self-contained: -nostdlib, raw system calls, no libc symbol (the image's glibc may be
  * any version), position-independent, built by `make build` and embedded in forge.
