@@ -571,6 +571,33 @@ union fds_cmsg {
 	char raw[64];
 };
 
+/* recv_fds receives one message on fd, at most len bytes into buf, and the descriptors that came
+ * with it (at most 8) into fds: it returns the length (0: the peer closed) or -errno. */
+static long recv_fds(long fd, void *buf, long len, int *fds, long *nfds) {
+	union fds_cmsg ctl;
+	struct iovec_ iov = {buf, (u64)len};
+	struct msghdr_ mh;
+	long n, i;
+	zero(&ctl, sizeof(ctl));
+	zero(&mh, sizeof(mh));
+	mh.iov = &iov;
+	mh.iovlen = 1;
+	mh.control = &ctl;
+	mh.controllen = sizeof(ctl);
+	do
+		n = SC3(NR_RECVMSG, fd, &mh, 0);
+	while (n == -EINTR);
+	*nfds = 0;
+	if (n >= 0 && mh.controllen >= 16 && ctl.c.level == SOL_SOCKET && ctl.c.type == SCM_RIGHTS && ctl.c.len >= 16) {
+		*nfds = (long)(ctl.c.len - 16) / 4;
+		if (*nfds > 8)
+			*nfds = 8;
+		for (i = 0; i < *nfds; i++)
+			fds[i] = ctl.c.fds[i];
+	}
+	return n;
+}
+
 /* A spare P (serve_fast): cloned by the template's request loop ahead of the fast request it
  * serves, with the namespaces of the registered shape, so that the clone (a copy of the
  * template's page tables, and a network namespace: 0.5 ms of it) is not on a sandbox's start.
@@ -621,10 +648,8 @@ static void store_ws(const unsigned char *m, long n) {
 /* spare_start waits, in a spare P, for its request (send_spare) and makes q that request's. */
 static void spare_start(const struct zreq *q) {
 	struct zreq *w = (struct zreq *)q; /* P's own copy of the template's */
-	union fds_cmsg ctl;
-	struct iovec_ iov = {spare_host, sizeof(spare_host) - 1};
-	struct msghdr_ mh;
-	long n, i, nfds = 0;
+	int fds[8];
+	long n, i, nfds;
 	SC1(NR_CLOSE, spare_fd);
 	for (i = 0; i < ws_n; i++) { /* a range the template no longer has fails alone */
 		struct pollfd_ pfd = {(int)spare_in, POLLIN, 0};
@@ -633,27 +658,17 @@ static void spare_start(const struct zreq *q) {
 			break; /* the request came: the agent faults in the rest itself */
 		SC3(NR_MADVISE, ws_start[i], ws_pages[i] << 12, MADV_POPULATE_WRITE);
 	}
-	zero(&mh, sizeof(mh));
-	zero(&ctl, sizeof(ctl));
-	mh.iov = &iov;
-	mh.iovlen = 1;
-	mh.control = &ctl;
-	mh.controllen = sizeof(ctl);
-	do
-		n = SC3(NR_RECVMSG, spare_in, &mh, 0);
-	while (n == -EINTR);
-	if (mh.controllen >= 16 && ctl.c.level == SOL_SOCKET && ctl.c.type == SCM_RIGHTS && ctl.c.len >= 16)
-		nfds = (long)(ctl.c.len - 16) / 4;
+	n = recv_fds(spare_in, spare_host, sizeof(spare_host) - 1, fds, &nfds);
 	if (n <= 0 || (nfds != 4 && nfds != 5)) /* dropped (the template closed its end), or malformed */
 		for (;;)
 			SC1(NR_EXIT_GROUP, 121);
 	SC1(NR_CLOSE, spare_in);
 	spare_host[n] = 0;
-	w->req_fd = ctl.c.fds[0];
-	w->rep_fd = ctl.c.fds[1];
-	w->err_fd = ctl.c.fds[2];
-	w->go_fd = ctl.c.fds[3];
-	w->bridge_fd = nfds == 5 ? ctl.c.fds[4] : -1;
+	w->req_fd = fds[0];
+	w->rep_fd = fds[1];
+	w->err_fd = fds[2];
+	w->go_fd = fds[3];
+	w->bridge_fd = nfds == 5 ? fds[4] : -1;
 	w->hostname = spare_host;
 	w->map_fd = -1;
 }
@@ -949,10 +964,7 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 	spare_tried = 0; /* Python may have registered a shape */
 	for (;;) {
 		struct pollfd_ pfd[2] = {{(int)l->ctl_fd, POLLIN, 0}, {(int)l->wake_fd, POLLIN, 0}};
-		union fds_cmsg ctl;
-		struct iovec_ iov;
-		struct msghdr_ mh;
-		long n, i, nfds = 0, r;
+		long n, i, nfds, r;
 		int fds[8];
 		/* The spare is cloned once no message came for SPARE_DELAY: not while the last child
 		 * sets itself up, whose mounts and loopback take the kernel's locks that a clone with
@@ -975,26 +987,8 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 		}
 		if (!pfd[0].revents)
 			continue;
-		iov.base = l->buf;
-		iov.len = (u64)l->bufsize;
-		zero(&ctl, sizeof(ctl));
-		zero(&mh, sizeof(mh));
-		mh.iov = &iov;
-		mh.iovlen = 1;
-		mh.control = &ctl;
-		mh.controllen = sizeof(ctl);
-		do
-			n = SC3(NR_RECVMSG, l->ctl_fd, &mh, 0);
-		while (n == -EINTR);
-		if (n < 0)
+		if ((n = recv_fds(l->ctl_fd, l->buf, l->bufsize, fds, &nfds)) < 0)
 			return n;
-		if (mh.controllen >= 16 && ctl.c.level == SOL_SOCKET && ctl.c.type == SCM_RIGHTS && ctl.c.len >= 16) {
-			nfds = (long)(ctl.c.len - 16) / 4;
-			if (nfds > 8)
-				nfds = 8;
-			for (i = 0; i < nfds; i++)
-				fds[i] = ctl.c.fds[i];
-		}
 		if (n == 0) {
 			for (i = 0; i < nfds; i++)
 				SC1(NR_CLOSE, fds[i]);
