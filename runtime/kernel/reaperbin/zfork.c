@@ -610,7 +610,7 @@ static long spare_tried; /* a spare was tried since the last fork, or the loop w
 static char spare_host[64];
 #define SPARE_DELAY 1000000 /* ns */
 
-/* The agent's write set (zygote_linux.go, writeSet): ranges of the template's pages that a
+/* The agent's write set (zygote_writeset_linux.go): ranges of the template's pages that a
  * child's agent wrote on its way to hello, which the host read once from the kernel
  * (/proc/<pid>/pagemap, before that child ran any code it was sent) and sent in a 'W' message:
  * 'W', three bytes of padding, the number of ranges (32 bits), then each range's first address
@@ -701,7 +701,6 @@ struct zloop {
 	long nfds;
 	void (*before_fork)(void); /* PyOS_BeforeFork and PyOS_AfterFork_Parent, as _clone_c calls them */
 	void (*after_fork_parent)(void);
-	long forks; /* children forked here */
 	char id[64], hostname[64]; /* of the request being served (q->hostname points here) */
 };
 
@@ -710,7 +709,6 @@ struct zloop {
  * range (32 bits, little-endian), then the id and the hostname. */
 #define FAST_HEADER 8
 #define FAST_BRIDGE 1
-
 
 static long send_msg(const struct zloop *l, const char *msg, long n) {
 	long r;
@@ -801,7 +799,7 @@ static long write_map(long pid, const char *name, const char *line) {
  * template's from the request's first host id. */
 static void map_line(const struct zloop *l, const unsigned char *m, char *line) {
 	long at = put_str(line, 0, "0 ");
-	at = put_num(line, at, (long)(m[4] | (m[5] << 8) | (m[6] << 16) | ((u64)m[7] << 24)));
+	at = put_num(line, at, (long)le(m + 4, 4));
 	line[at++] = ' ';
 	at = put_num(line, at, l->ids_size);
 	line[at++] = '\n';
@@ -888,7 +886,6 @@ static long send_spare(struct zloop *l, const unsigned char *m, const int *fds, 
 	SC1(NR_CLOSE, spare_fd);
 	spare_fd = -1;
 	spare_pid = 0;
-	l->forks++;
 	return reply(l, pid, 0, 0, 1);
 }
 
@@ -897,8 +894,8 @@ static long send_spare(struct zloop *l, const unsigned char *m, const int *fds, 
  * socket failed. */
 static long serve_fast(struct zloop *l, const unsigned char *m, long n, const int *fds, long nfds) {
 	struct zreq *q = l->q;
-	long want, pid = 0, waited = 0, delay = 2000000, p[2], r;
-	int pipefd[2];
+	long want, pid = 0, waited = 0, delay = 2000000, r;
+	int p[2];
 	char line[64];
 	want = (m[1] & FAST_BRIDGE) ? 5 : 4;
 	if (n != FAST_HEADER + m[2] + m[3] || copy_name(l->id, (const char *)m + FAST_HEADER, m[2]) < 0) {
@@ -911,10 +908,8 @@ static long serve_fast(struct zloop *l, const unsigned char *m, long n, const in
 		return reply(l, 0, "a fast fork request's descriptors", EINVAL, 0);
 	if (spare_pid && (r = send_spare(l, m, fds, nfds)) != 2)
 		return r;
-	if ((r = SC2(NR_PIPE2, pipefd, O_CLOEXEC)) < 0)
+	if ((r = SC2(NR_PIPE2, p, O_CLOEXEC)) < 0)
 		return reply(l, 0, "pipe", -r, 0);
-	p[0] = pipefd[0];
-	p[1] = pipefd[1];
 	q->map_fd = p[0];
 	q->map_w_fd = p[1];
 	q->req_fd = fds[0];
@@ -943,7 +938,6 @@ static long serve_fast(struct zloop *l, const unsigned char *m, long n, const in
 		SC1(NR_CLOSE, p[1]);
 		return reply(l, 0, "clone", -pid, 0);
 	}
-	l->forks++;
 	map_line(l, m, line);
 	/* Without its maps (P then reads EOF, and exits 121), the host has the error. */
 	if ((r = write_maps(pid, line)) < 0) {
@@ -994,7 +988,7 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 				SC1(NR_CLOSE, fds[i]);
 			return 2;
 		}
-		if (n > 0 && l->buf[0] == 'W') {
+		if (l->buf[0] == 'W') {
 			store_ws((const unsigned char *)l->buf, n);
 			for (i = 0; i < nfds; i++)
 				SC1(NR_CLOSE, fds[i]);
