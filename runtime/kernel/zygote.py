@@ -345,10 +345,11 @@ _helper = None
 
 
 _tid_addr = None  # where glibc keeps this thread's tid (see _find_tid), for the C split
+_rseq = 0  # glibc's rseq area of this thread (see _rseq_area), for the C split
 
 
 def _load_helper():
-    global _helper, _tid_addr
+    global _helper, _tid_addr, _rseq
     if SYS_CLONE is None or not os.path.exists(HELPER) or not os.path.exists(REAPER):
         return
     h = ctypes.PyDLL(HELPER)  # the GIL stays held: the template is one thread, and so is P
@@ -358,6 +359,7 @@ def _load_helper():
     h.zserve.argtypes = [ctypes.c_void_p]
     _helper = h
     _tid_addr = _find_tid()
+    _rseq = _rseq_area()
 
 
 def _rseq_area():
@@ -478,7 +480,7 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
              ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
              fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD,
              tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(env),
-             rseq_area=_rseq_area())
+             rseq_area=_rseq)
     global _last
     _last = (q, req, program, ulimits, rlimits, env, _fixed)  # what q points to, kept alive with it
     delay, waited = 0.002, 0.0
@@ -564,7 +566,7 @@ class ZLoop(ctypes.Structure):
     """struct zloop of zfork.c: keep the two in step."""
     _fields_ = [("ctl_fd", _L), ("wake_fd", _L), ("q", _P), ("ids_size", _L),
                 ("buf", _P), ("bufsize", _L), ("msglen", _L), ("fds", ctypes.c_int * 8), ("nfds", _L),
-                ("before_fork", _P), ("after_fork_parent", _P), ("forks", _L),
+                ("before_fork", _P), ("after_fork_parent", _P),
                 ("id", ctypes.c_char * 64), ("hostname", ctypes.c_char * 64)]
 
 
