@@ -29,16 +29,18 @@ type Config struct {
 
 // ServerConfig configures the MCP server.
 type ServerConfig struct {
-	Name           string        `yaml:"name" doc:"Server name reported to MCP clients."`
-	Transport      string        `yaml:"transport" doc:"MCP transport: stdio, or http (streamable HTTP at /mcp plus the REST API)."`
-	HTTPAddr       string        `yaml:"http_addr" doc:"host:port the HTTP transport listens on."`
-	AllowedOrigins []string      `yaml:"allowed_origins" doc:"Origins (scheme://host[:port]) allowed to call the HTTP transport from a browser, besides loopback origins (http://localhost, http://127.0.0.1, http://[::1], any port), which are always allowed. Any other Origin is refused with 403."`
-	AllowedHosts   []string      `yaml:"allowed_hosts" doc:"Host header values (without port) the HTTP transport accepts; protects against DNS rebinding."`
-	LogLevel       string        `yaml:"log_level" doc:"Minimum level logged to stderr: debug, info, warn or error."`
-	ShutdownGrace  Duration      `yaml:"shutdown_grace" doc:"How long a shutdown waits for running executions before killing them."`
-	Auth           AuthConfig    `yaml:"auth" doc:"Bearer-token authentication of the HTTP transport (MCP at /mcp and the REST API under /api/v1)."`
-	Tenants        TenantsConfig `yaml:"tenants" doc:"Per-tenant rate limits and quotas of the HTTP transport."`
-	Tracing        TracingConfig `yaml:"tracing" doc:"OpenTelemetry traces of the HTTP transport, over OTLP/HTTP."`
+	Name            string        `yaml:"name" doc:"Server name reported to MCP clients."`
+	Transport       string        `yaml:"transport" doc:"MCP transport: stdio, or http (streamable HTTP at /mcp plus the REST API)."`
+	HTTPAddr        string        `yaml:"http_addr" doc:"host:port the HTTP transport listens on."`
+	AllowedOrigins  []string      `yaml:"allowed_origins" doc:"Origins (scheme://host[:port]) allowed to call the HTTP transport from a browser, besides loopback origins (http://localhost, http://127.0.0.1, http://[::1], any port), which are always allowed. Any other Origin is refused with 403."`
+	AllowedHosts    []string      `yaml:"allowed_hosts" doc:"Host header values (without port) the HTTP transport accepts; protects against DNS rebinding."`
+	LogLevel        string        `yaml:"log_level" doc:"Minimum level logged to stderr: debug, info, warn or error."`
+	ShutdownGrace   Duration      `yaml:"shutdown_grace" doc:"How long a shutdown waits for running executions before killing them."`
+	Auth            AuthConfig    `yaml:"auth" doc:"Bearer-token authentication of the HTTP transport (MCP at /mcp and the REST API under /api/v1)."`
+	Tenants         TenantsConfig `yaml:"tenants" doc:"Per-tenant rate limits and quotas of the HTTP transport."`
+	Tracing         TracingConfig `yaml:"tracing" doc:"OpenTelemetry traces of the HTTP transport, over OTLP/HTTP."`
+	MaxConnections  int           `yaml:"max_connections" doc:"Most HTTP connections open at once; further ones wait in the kernel's accept queue. Each open MCP stream (GET /mcp) holds one."`
+	MaxBodyInFlight Size          `yaml:"max_body_in_flight" doc:"Most bytes of HTTP request bodies (MCP and REST) being read or handled at once, over every client; a request waits up to 10 s for room, then gets 503 with Retry-After. At least the largest body one request may send (see docs/service.md, \"Request bodies\")."`
 }
 
 // ExecutionConfig holds the defaults and maxima of one execution.

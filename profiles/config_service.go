@@ -157,3 +157,17 @@ func (c *Config) TenantEgress(tenant string) (pol EgressPolicy, setting string, 
 	}
 	return t.Narrow(base), setting, true, nil
 }
+
+// MaxMCPBody is the largest body a POST /mcp may send: twice the largest
+// payload one request can carry (code of execution.max_code_size, a file of
+// volumes.max_file_size as base64, a tool's source of
+// hosted_tools.max_source_size when save_tool is offered), for the JSON
+// escapes around it, plus 64 KiB for the rest of the message.
+func (c *Config) MaxMCPBody() int64 {
+	payload := max(int64(c.Execution.MaxCodeSize), (int64(c.Volumes.MaxFileSize)+2)/3*4)
+	if c.HostedTools.SaveTool != "refuse" {
+		payload = max(payload, int64(c.HostedTools.MaxSourceSize))
+	}
+	return 2*payload + 64<<10
+}
+

@@ -87,6 +87,8 @@ func (c *Config) validateServer(p *problems) {
 	}
 	oneOf(p, "server.log_level", s.LogLevel, "debug", "info", "warn", "error")
 	positive(p, "server.shutdown_grace", s.ShutdownGrace)
+	positive(p, "server.max_connections", s.MaxConnections)
+	positive(p, "server.max_body_in_flight", s.MaxBodyInFlight)
 }
 
 func (c *Config) validateExecution(p *problems) {

@@ -84,7 +84,9 @@ run "forge_tools serve: inspector CLI over stdio" node --test --test-reporter=sp
 run "forge serve --tools: TypeScript SDK over stdio" node --test --test-reporter=spec forge-hosted-sdk.mjs
 
 # Conformance: forge serve --http on a port the kernel picks; its URL is
-# read from forge's log.
+# read from forge's log. The suite sends no Authorization header, so this
+# one server runs with --insecure-no-auth (loopback, this test's own state
+# dir); every other HTTP test uses the token forge makes.
 work=$(mktemp -d)
 http_pid=
 cleanup() {
@@ -93,7 +95,7 @@ cleanup() {
 	rm -rf "$work"
 }
 trap cleanup EXIT
-"$forge" --log-level info serve --http 127.0.0.1:0 2>"$work/serve.log" &
+"$forge" --log-level info serve --insecure-no-auth --http 127.0.0.1:0 2>"$work/serve.log" &
 http_pid=$!
 url=
 for _ in $(seq 100); do

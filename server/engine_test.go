@@ -336,7 +336,7 @@ func (s *syncBuffer) String() string {
 }
 
 func TestHTTPReal(t *testing.T) {
-	s := New(realEngine(t), Options{})
+	s := New(realEngine(t), Options{InsecureNoAuth: true})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"golang.org/x/net/netutil"
 
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/runtime/engine"
@@ -100,7 +101,7 @@ func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Con
 	mux := http.NewServeMux()
 	mux.Handle(EndpointPath, s.precheckHTTP(p, mcpHTTP))
 	s.mountService(mux)
-	return s.guard(s.authenticate(p, mux)), mcpHTTP.Shutdown
+	return s.guard(s.authenticate(p, s.newBodyLimits().wrap(mux))), mcpHTTP.Shutdown
 }
 
 // ServeHTTP serves the HTTP transport on ln until ctx is cancelled, then
@@ -112,10 +113,15 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       readTimeout, // lifted per request once its body is read (bodyLimits)
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(netutil.LimitListener(ln, s.cfg.Server.MaxConnections)) }()
+	stopSummaries := s.refusals.run()
+	defer stopSummaries()
 	var err error
 	select {
 	case err = <-served:
@@ -156,9 +162,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 }
 
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, why string) {
-	s.log.Warn("HTTP request rejected", "reason", why, "remote", r.RemoteAddr)
-	s.audit.Log(audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical,
-		Reason: "HTTP request rejected: " + why, Fields: map[string]any{"remote": r.RemoteAddr}})
+	if s.refusals.admit(r.RemoteAddr) {
+		s.log.Warn("HTTP request rejected", "reason", why, "remote", r.RemoteAddr)
+		s.audit.Log(audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical,
+			Reason: "HTTP request rejected: " + why, Fields: map[string]any{"remote": r.RemoteAddr}})
+	}
 	http.Error(w, "Forbidden: "+why, http.StatusForbidden)
 }
 
@@ -220,9 +228,14 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxStdioMessage))
+		body, err := io.ReadAll(r.Body) // bounded by bodyLimits
 		if err != nil {
-			http.Error(w, "reading request body: "+err.Error(), http.StatusRequestEntityTooLarge)
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				tooLarge(w, r, tooBig.Limit)
+			} else {
+				http.Error(w, "reading request body: "+err.Error(), http.StatusBadRequest)
+			}
 			return
 		}
 		msg, reply := checkMessage(body)

@@ -109,7 +109,7 @@ func TestJSONRPCStdio(t *testing.T) {
 // TestJSONRPCHTTP posts each raw message to the streamable HTTP transport,
 // within an initialized MCP session, and expects the answers of stdio.
 func TestJSONRPCHTTP(t *testing.T) {
-	h, _ := New(newStub(), Options{}).HTTPHandler()
+	h, _ := New(newStub(), Options{InsecureNoAuth: true}).HTTPHandler()
 	post := func(body, sid string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+EndpointPath, strings.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")

@@ -20,7 +20,7 @@ import (
 func TestSessionsBelongToTheirPrincipal(t *testing.T) {
 	eng := realEngine(t)
 	alice := connect(t, New(eng, Options{Version: "test"}))
-	bob := httpClient(t, New(eng, Options{Version: "test"}))
+	bob := httpClient(t, New(eng, Options{Version: "test", InsecureNoAuth: true}))
 
 	var b [6]byte
 	rand.Read(b[:])

@@ -84,9 +84,13 @@ type Options struct {
 	// engine.LocalPrincipal over stdio and for in-process clients, and
 	// engine.ListenerPrincipal(address) over HTTP.
 	Principal engine.Principal
-	// Auth checks bearer tokens on HTTP; nil or not Enabled = no tokens
-	// (the HTTP listener must then be on loopback).
+	// Auth checks bearer tokens on HTTP. Without an Enabled one, HTTP
+	// requests are refused (401) unless InsecureNoAuth is set.
 	Auth *auth.Authenticator
+	// InsecureNoAuth serves HTTP without tokens: every client of a listener
+	// is one principal (engine.ListenerPrincipal), whichever local account
+	// it is (forge serve --insecure-no-auth, loopback only).
+	InsecureNoAuth bool
 	// Tenants are the per-tenant rate limits and quotas; nil = none.
 	Tenants *tenant.Limits
 	// Metrics, when set, is served at /metrics (scope admin).
@@ -107,6 +111,8 @@ type Server struct {
 	audit *audit.Logger
 	mcp   *mcpserver.MCPServer
 	tool  mcp.Tool
+	// refusals budget the audit lines of refused HTTP requests.
+	refusals *refusalLog
 	// tenants are Options.Tenants.
 	tenants *tenant.Limits
 
@@ -149,7 +155,8 @@ func New(eng Engine, opts Options) *Server {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{}), answered: make(chan struct{}), tenants: opts.Tenants}
+	s := &Server{eng: eng, cfg: eng.Config(), opts: opts, log: opts.Logger, audit: opts.Audit, drain: make(chan struct{}), answered: make(chan struct{}), tenants: opts.Tenants,
+		refusals: newRefusalLog(opts.Audit)}
 	s.kill, s.cancelKill = context.WithCancel(context.Background())
 	// What initialize says is hello's, which `forge serve` may have sent
 	// already (see ServeStdio): wire.Capabilities is what these enable.

@@ -412,7 +412,7 @@ func TestGuard(t *testing.T) {
 	stub := newStub()
 	stub.cfg.Server.AllowedHosts = []string{"forge.internal"}
 	stub.cfg.Server.AllowedOrigins = []string{"https://app.example"}
-	h, _ := New(stub, Options{}).HTTPHandler()
+	h, _ := New(stub, Options{InsecureNoAuth: true}).HTTPHandler()
 	for _, tc := range []struct {
 		host, origin string
 		want         int
@@ -444,7 +444,7 @@ func TestGuard(t *testing.T) {
 }
 
 func TestHTTPPrecheck(t *testing.T) {
-	h, _ := New(newStub(), Options{}).HTTPHandler()
+	h, _ := New(newStub(), Options{InsecureNoAuth: true}).HTTPHandler()
 	body := `{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"execute_python","arguments":{"code":7}}}`
 	r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+EndpointPath, strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/json")

@@ -46,8 +46,7 @@ func (s *Server) restAPI() (*rest.API, error) {
 		Ready: s.ready, Principal: s.principal, Authorize: authorize,
 		ExecuteSchema: inputSchema(s.cfg), ResultSchema: outputSchema,
 		Build: s.restBuild, BuildSchema: buildTool(s).RawInputSchema, Environments: s.restEnvironments,
-		// A body is the code (JSON-escaped: up to 6 bytes a byte) and a few fields.
-		MaxBody: 6*int64(x.MaxCodeSize) + 64<<10,
+		MaxBody: restMaxBody(int64(x.MaxCodeSize)),
 		MaxFile: int64(s.cfg.Volumes.MaxFileSize),
 	})
 }
@@ -67,9 +66,9 @@ func (s *Server) mountService(mux *http.ServeMux) {
 }
 
 // authenticate gives every request an id (X-Request-Id, in logs, audit
-// entries and problems) and, when tokens are configured, requires one:
-// the token's tenant becomes the request's principal. Without tokens every
-// client of the listener is listener principal p (loopback only).
+// entries and problems) and requires a bearer token on every path but the
+// probes': the token's tenant becomes the request's principal. Only with
+// Options.InsecureNoAuth is every client of the listener principal p.
 func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who := p // per request: p is shared by every request of the listener
@@ -82,7 +81,14 @@ func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handle
 				trace.WithAttributes(attribute.String("forge.request_id", id)))
 			defer span.End()
 		}
-		if s.opts.Auth.Enabled() && !publicPaths[r.URL.Path] {
+		switch {
+		case publicPaths[r.URL.Path] || s.opts.InsecureNoAuth && !s.opts.Auth.Enabled():
+		case !s.opts.Auth.Enabled():
+			// No token can be right: fail closed (forge serve always
+			// configures one, or says --insecure-no-auth).
+			s.refuseToken(w, r.WithContext(ctx), auth.ErrNoTokens)
+			return
+		default:
 			ident, err := s.opts.Auth.Authenticate(r.Header.Get("Authorization"))
 			if err != nil {
 				s.refuseToken(w, r.WithContext(ctx), err)
@@ -99,18 +105,24 @@ func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handle
 
 func (s *Server) refuseToken(w http.ResponseWriter, r *http.Request, err error) {
 	ctx := r.Context()
-	if !errors.Is(err, auth.ErrNoToken) && !errors.Is(err, auth.ErrBadToken) {
+	if !errors.Is(err, auth.ErrNoToken) && !errors.Is(err, auth.ErrBadToken) && !errors.Is(err, auth.ErrNoTokens) {
 		s.log.Error("checking a bearer token", "err", err, "request_id", rest.RequestID(ctx))
 		rest.NewProblem(ctx, http.StatusInternalServerError, "forge could not check the token: "+err.Error()).Write(w)
 		return
 	}
-	s.log.Warn("HTTP request without a valid token", "path", r.URL.Path, "remote", r.RemoteAddr, "request_id", rest.RequestID(ctx), "err", err)
-	if errors.Is(err, auth.ErrBadToken) {
-		s.audit.Log(audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical, RequestID: rest.RequestID(ctx),
-			Reason: "HTTP request with an invalid bearer token", Fields: map[string]any{"remote": r.RemoteAddr, "path": truncate(r.URL.Path, 100)}})
+	if s.refusals.admit(r.RemoteAddr) {
+		s.log.Warn("HTTP request without a valid token", "path", truncate(r.URL.Path, 100), "remote", r.RemoteAddr, "request_id", rest.RequestID(ctx), "err", err)
+		if errors.Is(err, auth.ErrBadToken) {
+			s.audit.Log(audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical, RequestID: rest.RequestID(ctx),
+				Reason: "HTTP request with an invalid bearer token", Fields: map[string]any{"remote": r.RemoteAddr, "path": truncate(r.URL.Path, 100)}})
+		}
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="forge"`)
-	rest.NewProblem(ctx, http.StatusUnauthorized, err.Error()+": send \"Authorization: Bearer TOKEN\" with a token from forge token create").Write(w)
+	hint := "send \"Authorization: Bearer TOKEN\" with the token in <state_dir>/" + auth.LocalFileName + " (forge serve prints its path) or one from forge token create"
+	if errors.Is(err, auth.ErrNoTokens) {
+		hint = "start forge serve without --insecure-no-auth, or give it a token (forge token create)"
+	}
+	rest.NewProblem(ctx, http.StatusUnauthorized, err.Error()+": "+hint).Write(w)
 }
 
 // authorize refuses the request in ctx when its token lacks scope; a

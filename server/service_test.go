@@ -622,7 +622,7 @@ func TestTracesExported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(realEngine(t), Options{Tracer: tracer})
+	s := New(realEngine(t), Options{Tracer: tracer, InsecureNoAuth: true})
 	h, _ := s.HTTPHandler()
 	srv := httptest.NewServer(h)
 	defer srv.Close()

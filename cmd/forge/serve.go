@@ -22,7 +22,7 @@ import (
 	"github.com/mcp-forge/forge/server/tracing"
 )
 
-const serveUsage = `Usage: forge serve [--config FILE] [--http ADDR] [--allow-remote] [--tools PATH]
+const serveUsage = `Usage: forge serve [--config FILE] [--http ADDR] [--allow-remote] [--insecure-no-auth] [--tools PATH]
 
 Serves MCP over stdio (the default), or over streamable HTTP at
 http://ADDR/mcp with --http (or server.transport: http in the config).
@@ -33,13 +33,20 @@ http://ADDR/mcp with --http (or server.transport: http in the config).
   --allow-remote   allow a non-loopback HTTP address; needs a bearer token
                    (forge token create, or server.auth.tokens) and
                    server.allowed_hosts naming the address
+  --insecure-no-auth
+                   serve HTTP without tokens, every client one principal
+                   whichever local account it is (loopback only; logged
+                   and audited). Never on a shared host.
   --tools PATH     serve the @tool functions (forge_tools) of a .py file or
                    package directory as MCP tools, every call in a sandbox
                    (hosted_tools.path; hosted_tools.* sets the limits)
 
 With --http, forge also serves the REST API under /api/v1 (OpenAPI document
-at /api/v1/openapi.json), /healthz, /readyz and /metrics. Once any token
-exists, every request but the probes needs "Authorization: Bearer TOKEN".
+at /api/v1/openapi.json), /healthz, /readyz and /metrics. Every request but
+the probes needs "Authorization: Bearer TOKEN": a token of forge token
+create or server.auth.tokens, or, when there is none, the token forge keeps
+in <state_dir>/http-token (mode 0600, made at the first start; serve prints
+its path).
 
 Logs go to stderr; in stdio mode stdout carries only JSON-RPC. SIGINT,
 SIGTERM or (stdio) the end of stdin shut down gracefully: running
@@ -81,13 +88,28 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	}
 	var ln net.Listener
 	var authn *auth.Authenticator
+	var tokenFile string // the local token's, when forge made or reused one
 	if addr != "" {
 		if authn, err = auth.NewAuthenticator(auth.OpenStore(cfg.StateDir), cfg.Server.Auth.Tokens); err != nil {
 			return err
 		}
+		if flags.InsecureNoAuth && authn.Enabled() {
+			return usageError{errors.New("serve: --insecure-no-auth: bearer tokens are configured (forge token ls, server.auth.tokens), so every client needs one anyway; drop the flag")}
+		}
 		// Check and bind before the engine starts, so a bad address fails fast.
 		if addr, err = server.ListenAddr(addr, flags.AllowRemote, authn.Enabled()); err != nil {
 			return usageError{fmt.Errorf("serve: %w", err)}
+		}
+		if !authn.Enabled() && !flags.InsecureNoAuth {
+			// Loopback TCP tells no local account from another: without a
+			// configured token, the clients prove they can read a file
+			// only forge's own account can.
+			tokenFile = filepath.Join(cfg.StateDir, auth.LocalFileName)
+			tok, _, err := auth.LocalToken(tokenFile)
+			if err != nil {
+				return fmt.Errorf("serve: the HTTP token: %w", err)
+			}
+			authn.AddLocal(tok)
 		}
 		if ln, err = net.Listen("tcp", addr); err != nil {
 			return fmt.Errorf("serve: %w", err)
@@ -115,7 +137,7 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	defer func() { _ = stopTracing(context.Background()) }() // flushes the last spans
 	srv := server.New(deferred, server.Options{Version: version, Logger: g.log, Audit: auditLog, Tracer: tracer,
 		Host: func() any { return hostChecks() },
-		Auth: authn, Tenants: tenant.New(cfg.Server.Tenants), Metrics: met.Handler(), OnLimited: met.Limited})
+		Auth: authn, InsecureNoAuth: flags.InsecureNoAuth, Tenants: tenant.New(cfg.Server.Tenants), Metrics: met.Handler(), OnLimited: met.Limited})
 	openEngine := func() (*engine.Engine, error) {
 		startgc.Restore()
 		// Progress lines (images.preload importing) go to stderr and to the
@@ -209,8 +231,18 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 	}
 
 	if ln != nil {
-		g.log.Info("serving MCP over streamable HTTP and the REST API", "url", "http://"+ln.Addr().String()+server.EndpointPath,
-			"api", "http://"+ln.Addr().String()+"/api/v1", "auth", authn.Enabled())
+		base := "http://" + ln.Addr().String()
+		g.log.Info("serving MCP over streamable HTTP and the REST API", "url", base+server.EndpointPath,
+			"api", base+"/api/v1", "auth", authn.Enabled(), "token_file", tokenFile)
+		switch {
+		case tokenFile != "":
+			fmt.Fprintf(g.stderr, "\n    forge's HTTP clients authenticate with the token in %s\n    (readable by this account only). For example:\n\n"+
+				"        curl -H \"Authorization: Bearer $(cat %s)\" %s/api/v1/sandboxes\n\n", tokenFile, tokenFile, base)
+		case flags.InsecureNoAuth:
+			g.log.Warn("INSECURE: serving HTTP without authentication (--insecure-no-auth): every local account can run code, and read and destroy every session, of this listener", "url", base)
+			auditLog.Log(audit.Event{Event: audit.EventSecurityViolation, Severity: audit.SeverityCritical,
+				Reason: "forge serve --insecure-no-auth: the HTTP listener serves every local account without a token", Fields: map[string]any{"address": ln.Addr().String()}})
+		}
 		err = srv.ServeHTTP(ctx, ln)
 	} else {
 		g.log.Info("serving MCP over stdio")

@@ -43,6 +43,9 @@ const (
 	EventEgressAllow       = "egress.allow"   // a connection out of a sandbox, allowed
 	EventEgressDeny        = "egress.deny"    // one refused (policy, address, SNI, limits)
 	EventEgressSummary     = "egress.summary" // counts of a closed egress socket, audited or not
+	// EventHTTPRefusedSummary counts the HTTP refusals (invalid token, Host
+	// or Origin) of a minute past the audit budget, not audited one by one.
+	EventHTTPRefusedSummary = "http.refused.summary"
 	// EventExecutionCancel: the client cancelled a run (notifications/cancelled
 	// or a closed HTTP stream); no result was sent.
 	EventExecutionCancel = "execution.cancel"

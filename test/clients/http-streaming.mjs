@@ -13,6 +13,7 @@ import { test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { hostProcess, progressAndCancelTests, within } from "./streaming-shared.mjs";
+import { tokenHeaders } from "./serve-http.mjs";
 
 const forge = process.env.FORGE_BIN;
 assert.ok(forge, "usage: FORGE_BIN=FORGE_BINARY node --test http-streaming.mjs");
@@ -22,13 +23,14 @@ let log = "";
 server.stderr.on("data", (d) => { log += d; process.stderr.write(d); });
 await within(15000, () => /url=http:\/\/\S+/.test(log), "forge serve --http's URL");
 const url = log.match(/url=(http:\/\/\S+)/)[1];
+const auth = tokenHeaders(log); // the local token forge made
 test.after(async () => {
   server.kill("SIGTERM");
   await new Promise((r) => server.on("exit", r));
 });
 
 const client = new Client({ name: "forge-http-streaming-test", version: "1.0.0" });
-await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: auth } }));
 test.after(() => client.close());
 
 progressAndCancelTests("HTTP, SDK", client);
@@ -40,7 +42,7 @@ function post(args, signal, progressToken) {
     method: "POST",
     signal,
     headers: {
-      "Content-Type": "application/json", Accept: "application/json, text/event-stream",
+      ...auth, "Content-Type": "application/json", Accept: "application/json, text/event-stream",
       "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "execute_python",
     },
     body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call",

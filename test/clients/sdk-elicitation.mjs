@@ -52,7 +52,7 @@ const runBase = randomBytes(4).toString("hex");
 const made = []; // environments to remove at the end
 
 // One forge serve --http for the HTTP cases, on a port the kernel picks.
-const { server, url } = await serveHTTP(forge, ["--config", configHTTP]);
+const { server, url, headers } = await serveHTTP(forge, ["--config", configHTTP]);
 test.after(async () => {
   const exited = new Promise((resolve) => server.on("exit", resolve));
   server.kill("SIGTERM");
@@ -70,7 +70,7 @@ test.after(async () => {
 async function connect(mode, answer) {
   const transport = mode === "stdio"
     ? new StdioClientTransport({ command: forge, args: ["serve", "--config", config], env: { ...process.env }, stderr: "inherit" })
-    : new StreamableHTTPClientTransport(new URL(url));
+    : new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
   const client = new Client({ name: `elicit-${answer ?? "none"}`, version: "1.0.0" },
     { capabilities: answer ? { elicitation: {} } : {} });
   const asked = [];

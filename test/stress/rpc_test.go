@@ -19,10 +19,14 @@ import (
 	"github.com/mcp-forge/forge/internal/testutil"
 )
 
-// forgeBin is the forge binary make builds.
+// forgeBin is the forge binary make builds, or FORGE_TEST_BIN (an older
+// build, to show that a regression test fails on it).
 func forgeBin(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(testenv.RepoRoot(), "bin", "forge")
+	if bin := os.Getenv("FORGE_TEST_BIN"); bin != "" {
+		p = bin
+	}
 	_, err := os.Stat(p)
 	testutil.Require(t, err == nil, p+" missing: run make build")
 	return p

@@ -56,8 +56,8 @@ func GlobalFlags(fs *flag.FlagSet, getenv func(string) string) *Globals {
 
 // Serve are the flags of `forge serve`.
 type Serve struct {
-	Config, HTTP, Tools string
-	AllowRemote         bool
+	Config, HTTP, Tools         string
+	AllowRemote, InsecureNoAuth bool
 }
 
 // ServeFlags defines serve's flags on fs.
@@ -66,6 +66,7 @@ func ServeFlags(fs *flag.FlagSet) *Serve {
 	fs.StringVar(&s.Config, "config", "", "")
 	fs.StringVar(&s.HTTP, "http", "", "")
 	fs.BoolVar(&s.AllowRemote, "allow-remote", false, "")
+	fs.BoolVar(&s.InsecureNoAuth, "insecure-no-auth", false, "")
 	fs.StringVar(&s.Tools, "tools", "", "")
 	return s
 }

@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/mcp-forge/forge/server/rest"
+)
+
+// HTTP limits of the listener (http.Server and the body budget).
+const (
+	// maxHeaderBytes bounds a request's header block; past it Go answers 431.
+	maxHeaderBytes = 64 << 10
+	// readTimeout bounds reading one request, headers and body: a client
+	// that dribbles its body loses its connection. bodies lifts it once the
+	// body is read, so a long execution or an SSE stream is not cut.
+	readTimeout = 60 * time.Second
+	// idleTimeout closes keep-alive connections nobody uses.
+	idleTimeout = 2 * time.Minute
+	// bodyWait is how long a request waits for room in the body budget.
+	bodyWait = 10 * time.Second
+)
+
+// bodyLimits bound request bodies: each by what its path can legitimately
+// carry (413 past it, naming the limit), and all of them together by a
+// budget of bytes in flight, taken before the body is read and given back
+// when the request is answered.
+type bodyLimits struct {
+	mcp, rest int64 // the largest body of POST /mcp and of /api/v1
+	budget    *semaphore.Weighted
+	size      int64 // the budget's size
+}
+
+func (s *Server) newBodyLimits() *bodyLimits {
+	x := s.cfg.Execution
+	b := &bodyLimits{
+		mcp:  s.cfg.MaxMCPBody(),
+		rest: max(restMaxBody(int64(x.MaxCodeSize)), int64(s.cfg.Volumes.MaxFileSize)),
+	}
+	b.size = max(int64(s.cfg.Server.MaxBodyInFlight), b.mcp, b.rest)
+	b.budget = semaphore.NewWeighted(b.size)
+	return b
+}
+
+// restMaxBody bounds a REST JSON body: the code (JSON-escaped, up to 6
+// bytes a byte) and a few fields.
+func restMaxBody(maxCode int64) int64 { return 6*maxCode + 64<<10 }
+
+// limit is the largest body of a request to path; 0 for paths that take none.
+func (b *bodyLimits) limit(path string) int64 {
+	switch {
+	case path == EndpointPath:
+		return b.mcp
+	case strings.HasPrefix(path, rest.Prefix+"/"):
+		return b.rest
+	}
+	return 0
+}
+
+// wrap applies the limits to next.
+func (b *bodyLimits) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			_ = rc.SetReadDeadline(time.Time{}) // nothing more to read: readTimeout is done
+			next.ServeHTTP(w, r)
+			return
+		}
+		limit := b.limit(r.URL.Path)
+		if r.ContentLength > limit {
+			tooLarge(w, r, limit)
+			return
+		}
+		need := limit // unknown length (chunked): room for the largest
+		if r.ContentLength > 0 {
+			need = r.ContentLength
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), bodyWait)
+		err := b.budget.Acquire(ctx, need)
+		cancel()
+		if err != nil {
+			w.Header().Set("Retry-After", "1")
+			rest.NewProblem(r.Context(), http.StatusServiceUnavailable,
+				fmt.Sprintf("forge is reading %d bytes of other requests' bodies (server.max_body_in_flight); retry", b.size)).Write(w)
+			return
+		}
+		defer b.budget.Release(need)
+		r.Body = &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, limit), rc: rc}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func tooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
+	w.Header().Set("Connection", "close")
+	rest.NewProblem(r.Context(), http.StatusRequestEntityTooLarge,
+		fmt.Sprintf("the request body is over %d bytes, the most %s %s takes (see docs/service.md, \"Request bodies\")", limit, r.Method, r.URL.Path)).Write(w)
+}
+
+// bodyReader lifts the connection's read deadline once the body is read
+// to its end.
+type bodyReader struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
