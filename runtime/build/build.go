@@ -1,8 +1,11 @@
 // Package build makes custom environments: images forge/custom:NAME that
 // are a base image plus Python packages installed with uv (or pip).
 //
-// The package policy (runtime/build/policy) is checked before any sandbox
-// starts. A build then runs in a sandbox like any other (user namespace,
+// The package policy (runtime/build/policy) is checked against the
+// requested packages before any sandbox starts, and against the full
+// resolved dependency set (extras included) before anything is installed:
+// the build resolves, checks, then installs exactly the pinned set it
+// checked (resolve.go). A build runs in a sandbox like any other (user namespace,
 // seccomp, no capabilities, read-only root) whose only writable places are
 // the directory the base image's Python imports from (a bind of that
 // directory of a scratch layer on the base image) and the host's uv cache
@@ -13,7 +16,10 @@
 //
 // The content hash (policy.Hash: base digest, normalized specs, index,
 // Python version) names a build: an environment with an equal hash is a
-// cache hit and nothing is built.
+// cache hit and nothing is built. It covers the request, not the resolved
+// pins: a cache hit must be found without a sandbox or the network, which
+// resolving needs. The policy still holds for hits: it is applied to the
+// cached environment's installed set (its resolved set) on every hit.
 package build
 
 import (
@@ -71,9 +77,11 @@ type Builder struct {
 	cfg   profiles.EnvironmentBuilderConfig
 	rules policy.Rules
 	uv    string // "" when uv is not available
-	dir   string // StateDir/build
-	log   *slog.Logger
-	slots chan struct{}
+	// caBundle is the host path of the CA bundle builds trust (caBundleOf).
+	caBundle string
+	dir      string // StateDir/build
+	log      *slog.Logger
+	slots    chan struct{}
 
 	mu      sync.Mutex
 	recent  map[string][]time.Time // build starts per principal, within the rate period
@@ -110,6 +118,7 @@ func New(opts Options) (*Builder, error) {
 	default:
 		b.uv = opts.UV
 	}
+	b.caBundle = caBundleOf(cfg.CABundle, "/")
 	if cfg.Installer == "uv" && b.uv == "" {
 		return nil, fmt.Errorf("%w: environment_builder.installer is uv, but there is no uv on PATH; install it (scripts/install-deps.sh does) or set the installer to auto or pip", ErrInvalid)
 	}
@@ -183,7 +192,7 @@ type Result struct {
 	Millis   float64       `json:"build_time_ms"`
 }
 
-const progressSteps = 5
+const progressSteps = 6
 
 func (r *Request) progress(step int, format string, args ...any) {
 	if r.Progress != nil {
@@ -224,6 +233,13 @@ func (b *Builder) Build(ctx context.Context, req Request) (*Result, error) {
 		return nil, err
 	}
 	hit := b.lookup(ctx, p)
+	if hit != nil {
+		if err := b.checkCached(p, hit.Labels); err != nil {
+			b.opts.Audit.Log(audit.Event{Event: audit.EventBuildRefused, Severity: audit.SeverityWarning,
+				Principal: req.Principal, Client: req.Client, Reason: clip(err.Error(), 500)})
+			return nil, err
+		}
+	}
 	if len(p.pending) > 0 {
 		var labels map[string]string
 		if hit != nil {
@@ -264,6 +280,11 @@ func (b *Builder) Build(ctx context.Context, req Request) (*Result, error) {
 	}
 	defer release()
 	env, err := b.build(ctx, p)
+	if errors.Is(err, ErrRefused) {
+		b.opts.Audit.Log(audit.Event{Event: audit.EventBuildRefused, Severity: audit.SeverityWarning,
+			Principal: req.Principal, Client: req.Client, Reason: clip(err.Error(), 500)})
+		return nil, err
+	}
 	if err != nil {
 		b.failed(req, p.hash, err)
 		return nil, err
@@ -621,13 +642,34 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 		return nil, b.timedOut(ctx, timeout, b.noSpace(err, b.opts.Config.StateDir))
 	}
 	defer sb.Destroy()
-	p.req.progress(2, "installing %d package(s) with %s", len(p.specs), b.Installer())
-	installed, err := b.install(ctx, p, sb)
+	// Resolve, check, then install pinned: the policy sees every package
+	// that will be installed, dependencies and extras' included, before
+	// any is.
+	base, err := distsIn(target)
+	if err != nil {
+		return nil, err
+	}
+	p.req.progress(2, "resolving %d package(s) with %s", len(p.specs), b.Installer())
+	set, err := b.resolve(ctx, p, sb)
 	if err != nil {
 		if ie := (*InstallError)(nil); errors.As(err, &ie) {
 			err = b.installNoSpace(ie, p)
 		}
 		return nil, b.timedOut(ctx, timeout, err)
+	}
+	if err := b.checkResolved(ctx, p, set); err != nil {
+		return nil, err
+	}
+	p.req.progress(3, "installing %d pinned package(s) with %s", len(set), b.Installer())
+	installed, err := b.install(ctx, p, sb, set)
+	if err != nil {
+		if ie := (*InstallError)(nil); errors.As(err, &ie) {
+			err = b.installNoSpace(ie, p)
+		}
+		return nil, b.timedOut(ctx, timeout, err)
+	}
+	if err := checkInstalled(installed, set, base); err != nil {
+		return nil, err
 	}
 	// Nothing of the sandbox may run while its files are handed to root.
 	if err := sb.Destroy(); err != nil {
@@ -636,12 +678,12 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	if err := chownTree(target, 0, 0); err != nil {
 		return nil, b.noSpace(fmt.Errorf("handing the installed files to root: %w", err), b.opts.Store.StorageDir())
 	}
-	p.req.progress(3, "scanning")
+	p.req.progress(4, "scanning")
 	scan, err := b.scan(ctx, installed, target)
 	if err != nil {
 		return nil, err
 	}
-	p.req.progress(4, "committing %s", p.image)
+	p.req.progress(5, "committing %s", p.image)
 	env := &Environment{Name: p.req.Name, Image: p.image, Owner: p.req.Principal, Description: p.req.Description,
 		Template: p.req.Template, BaseImage: p.req.BaseImage, BaseDigest: p.base.Digest, Python: p.python,
 		Requested: p.specs, Installed: installed, Hash: p.hash, Built: time.Now().UTC(), Scan: scan, Installer: b.Installer(),
@@ -690,11 +732,11 @@ func (b *Builder) startSandbox(ctx context.Context, p *plan, scratch *rootfs.Scr
 		}
 		binds = append(binds, sandbox.BuildBind{Source: b.uv, Destination: uvMount})
 	}
-	if b.cfg.CABundle != "" {
+	if b.caBundle != "" {
 		if err := scratch.Touch(caMount); err != nil {
 			return nil, "", "", err
 		}
-		binds = append(binds, sandbox.BuildBind{Source: b.cfg.CABundle, Destination: caMount})
+		binds = append(binds, sandbox.BuildBind{Source: b.caBundle, Destination: caMount})
 	}
 	if b.cfg.Wheelhouse != "" {
 		if err := readableByOthers(b.cfg.Wheelhouse); err != nil {
@@ -864,13 +906,13 @@ type scriptConfig struct {
 	List    []string          `json:"list"`
 }
 
-// install runs the installer in sb and returns what it installed.
-func (b *Builder) install(ctx context.Context, p *plan, sb *sandbox.Sandbox) ([]Package, error) {
-	target := p.target
-	sc := scriptConfig{Env: map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}}
-	if b.cfg.CABundle != "" {
-		sc.Env["SSL_CERT_FILE"] = caMount
-		sc.Env["PIP_CERT"] = caMount
+// installerEnv is the installer's environment and its index options, the
+// same for resolving and installing.
+func (b *Builder) installerEnv() (map[string]string, []string) {
+	env := map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+	if b.caBundle != "" {
+		env["SSL_CERT_FILE"] = caMount
+		env["PIP_CERT"] = caMount
 	}
 	var index []string
 	if b.cfg.Wheelhouse != "" {
@@ -890,22 +932,37 @@ func (b *Builder) install(ctx context.Context, p *plan, sb *sandbox.Sandbox) ([]
 	if b.uv != "" {
 		for k, v := range map[string]string{"UV_CACHE_DIR": cacheMount, "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never",
 			"UV_LINK_MODE": "copy", "UV_NO_PROGRESS": "1", "NO_COLOR": "1"} {
-			sc.Env[k] = v
+			env[k] = v
 		}
+	} else {
+		env["PIP_CACHE_DIR"] = cacheMount
+		env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+		env["PIP_NO_INPUT"] = "1"
+	}
+	return env, index
+}
+
+// install installs exactly the resolved set in sb, pinned and without
+// resolving dependencies again (--no-deps), and returns what got
+// installed.
+func (b *Builder) install(ctx context.Context, p *plan, sb *sandbox.Sandbox, set []policy.Resolved) ([]Package, error) {
+	target := p.target
+	env, index := b.installerEnv()
+	sc := scriptConfig{Env: env}
+	if b.uv != "" {
 		sc.Install = append([]string{uvMount, "pip", "install", "--python", "/usr/bin/python3", "--target", target,
-			"--compile-bytecode"}, index...)
+			"--compile-bytecode", "--no-deps"}, index...)
 		sc.List = []string{uvMount, "pip", "list", "--python", "/usr/bin/python3", "--target", target, "--format", "json"}
 	} else {
-		sc.Env["PIP_CACHE_DIR"] = cacheMount
-		sc.Env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-		sc.Env["PIP_NO_INPUT"] = "1"
-		sc.Install = append([]string{"/usr/bin/python3", "-m", "pip", "install", "--target", target}, index...)
+		sc.Install = append([]string{"/usr/bin/python3", "-m", "pip", "install", "--no-deps", "--target", target}, index...)
 		sc.List = []string{"/usr/bin/python3", "-m", "pip", "list", "--path", target, "--format", "json"}
 	}
-	// After "--", a spec cannot be an option (policy.Parse refuses a
-	// leading '-' anyway).
+	// After "--", a pin cannot be an option (each was parsed by
+	// policy.Parse, which refuses a leading '-').
 	sc.Install = append(sc.Install, "--")
-	sc.Install = append(sc.Install, p.specs...)
+	for _, r := range set {
+		sc.Install = append(sc.Install, r.Pin())
+	}
 	cfg, err := json.Marshal(sc)
 	if err != nil {
 		return nil, err
@@ -969,11 +1026,17 @@ func unresolvable(log string) bool {
 	return false
 }
 
+// hostOf is the egress rule for an index URL's host: host[:port], with
+// :80 for an http:// URL without a port (a name rule allows only 443 when
+// it names no port).
 func hostOf(u string) string {
-	rest, ok := strings.CutPrefix(u, "https://")
-	if !ok {
+	rest, tls := strings.CutPrefix(u, "https://")
+	if !tls {
 		rest, _ = strings.CutPrefix(u, "http://")
 	}
 	host, _, _ := strings.Cut(rest, "/")
+	if i := strings.LastIndex(host, "]"); !tls && host != "" && !strings.Contains(host[i+1:], ":") {
+		host += ":80"
+	}
 	return host
 }

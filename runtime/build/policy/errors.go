@@ -42,7 +42,10 @@ type Refusal struct {
 	Rule    Rule
 	Pattern string // the pattern that matched (blocklist, approval)
 	Setting string // the configuration setting that decides this rule
-	Detail  string // a sentence for the person: what to do
+	// Chain is how the build came to want a dependency: a requested
+	// package first, Package last (CheckResolved); nil from Check.
+	Chain  []string
+	Detail string // a sentence for the person: what to do
 }
 
 func (r *Refusal) Error() string {

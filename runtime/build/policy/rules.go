@@ -127,7 +127,12 @@ func (r Rules) Check(reqs []Requirement, approved map[string]bool) error {
 // (an approval pattern matches, approved_packages does not), sorted, with
 // the pattern that matched each.
 func (r Rules) Pending(reqs []Requirement) (names, patterns []string) {
-	for _, n := range Names(reqs) {
+	return r.PendingNames(Names(reqs))
+}
+
+// PendingNames is Pending of sorted, distinct names (a resolved set's).
+func (r Rules) PendingNames(all []string) (names, patterns []string) {
+	for _, n := range all {
 		if p, ok := match(r.Approve, n); ok {
 			if _, ok := match(r.Approved, n); !ok {
 				names, patterns = append(names, n), append(patterns, p)

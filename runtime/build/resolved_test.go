@@ -1,0 +1,68 @@
+package build_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/build"
+)
+
+// TestPolicyResolvedSetPip: with pip as the installer the full resolved set
+// (pip's dry-run report) is checked too: python-dateutil 2.9.0.post0
+// requires six, which is blocked, and the build is refused with the chain
+// before anything is installed.
+func TestPolicyResolvedSetPip(t *testing.T) {
+	ctx := context.Background()
+	uvEng := testenv.Engine(t, false, pyPIConfig("auto"))
+	base, err := uvEng.BuildEnvironment(ctx, local, build.Request{Name: pipBaseName, Packages: []string{"pip==24.3.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uvEng.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		pyPIConfig("pip")(c)
+		c.EnvironmentBuilder.BlockedPackages = []string{"six"}
+	})
+	name := uniqueName("t-pip-resolved")
+	removeEnv(t, eng, name)
+	_, err = eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"python-dateutil==2.9.0.post0"}, BaseImage: base.Image})
+	const want = `python-dateutil requires six, blocked by pattern "six"`
+	if !errors.Is(err, build.ErrRefused) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("pip build: %v, want a refusal naming %q", err, want)
+	}
+	if _, err := eng.Store().Lookup(ctx, build.ImageName(local.Tenant, name)); err == nil {
+		t.Errorf("the refused build left an image")
+	}
+	nothingLeft(t, eng)
+}
+
+// TestPolicyResolvedSetCacheHit: a cached environment is checked against
+// the policy of the day: once six is blocked, a request that hits the
+// cache of an environment holding six as a dependency is refused too.
+func TestPolicyResolvedSetCacheHit(t *testing.T) {
+	ctx := context.Background()
+	eng := testenv.Engine(t, false, pyPIConfig("auto"))
+	name := uniqueName("t-resolved-hit")
+	if _, err := eng.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"python-dateutil==2.9.0.post0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	strict := testenv.Engine(t, false, func(c *profiles.Config) {
+		pyPIConfig("auto")(c)
+		c.EnvironmentBuilder.BlockedPackages = []string{"six"}
+	})
+	removeEnv(t, strict, name)
+	_, err := strict.BuildEnvironment(ctx, local, build.Request{Name: name, Packages: []string{"python-dateutil==2.9.0.post0"}})
+	if !errors.Is(err, build.ErrRefused) || !strings.Contains(err.Error(), `"six"`) || !strings.Contains(err.Error(), "cached environment") {
+		t.Fatalf("cache hit under a policy that blocks six: %v, want a refusal naming six and the cached environment", err)
+	}
+}
