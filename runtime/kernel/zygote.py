@@ -469,12 +469,13 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
     env = _cache(("e",) + tuple(req["env"]), lambda: _strv(req["env"]))
     uid = req["uid"]
     opts = "mode=0755,size=%d,nr_inodes=65536,uid=%d,gid=%d"
+    host = req["hostname"].encode()
     q = ZReq(nsflags=NS_FLAGS, ctl_fd=CTL_FD, map_fd=p2c_r, map_w_fd=p2c_w,
              req_fd=fds[0], rep_fd=fds[1], err_fd=fds[2], go_fd=fds[3], bridge_fd=fds[4] if len(fds) > 4 else -1,
              uid=uid, cap_last=CAP_LAST, nrlimits=len(rl), rlimits=ctypes.addressof(rlimits),
              tmp_opts=(opts % (req["tmp_size"], uid, uid)).encode(),
              workspace_opts=(opts % (req["workspace_size"], uid, uid)).encode(),
-             hostname=req["hostname"].encode(),
+             hostname=host,
              masked_dirs=ctypes.addressof(_fixed[0]), masked_files=ctypes.addressof(_fixed[1]),
              readonly=ctypes.addressof(_fixed[2]),
              ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
@@ -482,7 +483,7 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
              tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(env),
              rseq_area=_rseq)
     global _last
-    _last = (q, req, program, ulimits, rlimits, env, _fixed)  # what q points to, kept alive with it
+    _last = (q, req, program, ulimits, rlimits, env, _fixed, host)  # what q points to, kept alive with it
     delay, waited = 0.002, 0.0
     while True:  # ENOSPC: as in _clone
         if _tid_addr:  # the agent is a copy of this interpreter, taken by P: as os.fork does
@@ -562,6 +563,34 @@ def _send(ctl, obj):
     ctl.send(json.dumps(obj).encode())
 
 
+def _wipe(*objs):
+    """Zero the characters of str and bytes objects that held one fork's data (the child's
+    hostname, the raw request) before they are dropped: every later child is a copy of the
+    template's memory, freed blocks included, and must not find a sibling's hostname there
+    (docs/security.md, "Zygote siblings"). Only for objects nothing else uses; one-character
+    objects are the interpreter's shared singletons and are left alone. The characters of a
+    bytes object, and of an ASCII str, end its allocation (sys.getsizeof counts them and the
+    NUL after them)."""
+    for o in objs:
+        if isinstance(o, (bytes, str)) and len(o) > 1 and (isinstance(o, bytes) or o.isascii()):
+            ctypes.memset(id(o) + sys.getsizeof(o) - len(o) - 1, 0, len(o))
+
+
+def _scrub(req, msg, text):
+    """Wipe one served request's per-fork data in the template, once its child is forked: the
+    raw message, its decoded text, the hostname and the request number, and the ZReq's copy of
+    the hostname (zserve points a registered ZReq at its own buffer for each fast fork)."""
+    _wipe(msg, text)
+    if isinstance(req, dict):
+        for k in ("hostname", "id"):
+            v = req.get(k)
+            req[k] = ""
+            _wipe(v)
+    if _last is not None and _last[1] is req:
+        _wipe(_last[7])
+        _last[0].hostname = None
+
+
 class ZLoop(ctypes.Structure):
     """struct zloop of zfork.c: keep the two in step."""
     _fields_ = [("ctl_fd", _L), ("wake_fd", _L), ("q", _P), ("ids_size", _L),
@@ -578,11 +607,12 @@ _loop = None
 def _handle(ctl, msg, fds):
     """One message from the host, with the descriptors that came with it: a fork request."""
     global _fast
-    req = None
+    req = text = None
     try:
         if _loop is not None:  # a request of a new shape: zserve forks none until it succeeds
             _loop.q, _fast = None, None
-        req = json.loads(msg)
+        text = msg.decode()  # here, not in json.loads: _scrub wipes it
+        req = json.loads(text)
         program = _program(req)  # first: the host counts it sent
         want = 5 if req.get("bridge") else 4
         if len(fds) != want:
@@ -598,6 +628,7 @@ def _handle(ctl, msg, fds):
     finally:
         for fd in fds:
             os.close(fd)
+        _scrub(req, msg, text)
 
 
 def _reap(ctl):
@@ -635,7 +666,9 @@ def _serve_c(ctl, wake_r):
             os._exit(0)  # the host closed its end
         if r < 0:
             raise OSError(-r, "zygote request loop: " + os.strerror(-r))
-        _handle(ctl, buf.raw[:_loop.msglen], list(_loop.fds[:_loop.nfds]))
+        n = _loop.msglen
+        _handle(ctl, ctypes.string_at(ctypes.addressof(buf), n), list(_loop.fds[:_loop.nfds]))
+        ctypes.memset(ctypes.addressof(buf), 0, n)  # _scrub wiped the copy
 
 
 def serve():

@@ -1005,6 +1005,10 @@ __attribute__((visibility("default"))) long zserve(struct zloop *l) {
 		r = serve_fast(l, (const unsigned char *)l->buf, n, fds, nfds);
 		if (r == 0)
 			return 0; /* in Q */
+		/* Every later child is a copy of this memory: none may find this one's hostname. */
+		zero(l->buf, n);
+		zero(l->id, sizeof(l->id));
+		zero(l->hostname, sizeof(l->hostname));
 		spare_tried = 0;
 		for (i = 0; i < nfds; i++)
 			SC1(NR_CLOSE, fds[i]);
