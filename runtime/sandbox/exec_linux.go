@@ -42,6 +42,9 @@ const (
 	// ErrTypeProtocol: the agent's reply broke the protocol (forged or oversized); forge
 	// killed the sandbox.
 	ErrTypeProtocol = "AgentProtocolError"
+	// ErrTypeTemplateDied: the zygote template the sandbox was forked from died (an OOM
+	// kill in its own cgroup, a kill from outside), and the sandbox with it.
+	ErrTypeTemplateDied = "TemplateDied"
 )
 
 // exitGrace is how long Exec waits, after the agent's reply stream ended, for the sandbox's
@@ -146,6 +149,11 @@ func (s *Sandbox) finish(res *kernel.Result, elapsed time.Duration, opts ExecOpt
 		res.Error = &kernel.ExecError{Type: ErrTypeProtocol,
 			Message: "the sandbox's agent sent a reply that breaks forge's protocol (" + broke.Error() +
 				"), so forge killed the sandbox; code that writes to the agent's reply channel or replaces its handlers ends the sandbox. Run again: a session starts fresh"}
+	case exited && s.child != nil && s.child.tplDied.Load() != nil:
+		res.ExitCode = code
+		res.Error = &kernel.ExecError{Type: ErrTypeTemplateDied,
+			Message: "the sandbox was killed because " + *s.child.tplDied.Load() +
+				"; neither the code nor a limit of this sandbox caused it. Its state is gone: run again (a session starts fresh)"}
 	case res.OOMKilled && exited:
 		res.ExitCode = code
 		res.Error = &kernel.ExecError{Type: ErrTypeOutOfMemory,

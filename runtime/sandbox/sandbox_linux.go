@@ -96,13 +96,13 @@ type Runtime struct {
 
 	mode      Mode
 	zopts     ZygoteOptions
-	tmu       sync.Mutex               // guards the fields below
-	templates []*template              // forking
-	all       []*template              // not yet destroyed
-	starting  map[string]chan struct{} // rootfs → closed when its template start ended
-	beating   bool                     // beat runs
-	closing   bool                     // closeTemplates began: no more background starts
-	bgStarts  sync.WaitGroup           // background template starts
+	tmu       sync.Mutex                    // guards the fields below
+	templates []*template                   // forking
+	all       []*template                   // not yet destroyed
+	starting  map[templateKey]chan struct{} // closed when the key's template start ended
+	beating   bool                          // beat runs
+	closing   bool                          // closeTemplates began: no more background starts
+	bgStarts  sync.WaitGroup                // background template starts
 	zstats    ZygoteStats
 }
 
@@ -139,7 +139,7 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		live:       make(map[string]*Sandbox),
 		pyc:        make(map[string]bool),
 		procRoot:   opts.ProcRoot,
-		starting:   make(map[string]chan struct{}),
+		starting:   make(map[templateKey]chan struct{}),
 	}
 	if rootless.Active() {
 		ids, block, err := RootlessIDs(opts.ProcRoot, opts.IDBlockSize, 1000)
@@ -402,6 +402,12 @@ type Config struct {
 	// outlast this sandbox (a zygote template that starts in the
 	// background); the function it returns lets go of it.
 	Pin func() (unpin func())
+	// Tenant, in zygote mode, keeps this sandbox's template to sandboxes of
+	// the same tenant: children of one template share its address layout,
+	// stack canary and hash secret (docs/security.md), so with tenants
+	// (sandbox.zygote_per_tenant) each has templates of its own. Opaque
+	// here; "" is one more tenant.
+	Tenant string
 	// OnDestroy runs exactly once after the sandbox is destroyed, or when
 	// Start fails (releasing the image mount it used, for instance).
 	OnDestroy func()

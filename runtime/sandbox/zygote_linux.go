@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	occgroups "github.com/opencontainers/cgroups"
@@ -203,11 +204,18 @@ func (r *Runtime) ZygoteStats() ZygoteStats {
 	return r.zstats
 }
 
+// templateKey is what a template forks for: the image's rootfs and the
+// tenant (Config.Tenant). No template forks children of two keys.
+type templateKey struct{ rootfs, tenant string }
+
+func keyOf(cfg *Config) templateKey { return templateKey{cfg.Rootfs, cfg.Tenant} }
+
 // template is one zygote container.
 type template struct {
 	rt      *Runtime
 	id      string
-	rootfs  string
+	key     templateKey
+	memory  int64 // the template's memory limit (templateMemory), 0 for none
 	c       *libcontainer.Container
 	proc    *libcontainer.Process
 	ctl     *os.File // host end of the SOCK_SEQPACKET control socket
@@ -216,11 +224,17 @@ type template struct {
 	started time.Time
 	stderr  *boundedBuffer
 	exited  chan struct{}
-	aging   *time.Timer    // retires the template at MaxAge, though nothing forks
-	devices []*config.Rule // the container's device rules, for each child's cgroup on v2 (on v1 its template's has them)
-	procs   *os.File       // the template's own cgroup.procs (see beat), nil if not opened
-	pid     string         // of the template's init, on the host
-	helper  string         // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
+	state   *os.ProcessState // of the template's init, once exited is closed (nil if its wait failed)
+	aging   *time.Timer      // retires the template at MaxAge, though nothing forks
+	devices []*config.Rule   // the container's device rules, for each child's cgroup on v2 (on v1 its template's has them)
+	procs   *os.File         // the template's own cgroup.procs (see beat), nil if not opened
+	pid     string           // of the template's init, on the host
+	helper  string           // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
+	// seq numbers the template's fork requests: a request's id is its
+	// number, not the sandbox's id, which names forge's host pid and which
+	// every later child of the template could otherwise find in its copy of
+	// the template's memory.
+	seq atomic.Int64
 	// writeSet: the write set was taken from the first child to reach
 	// hello, and sent (or that was tried).
 	writeSet atomic.Bool
@@ -260,6 +274,9 @@ type zchild struct {
 	// held). A child never frozen is not thawed: its kill, at every
 	// destroy, then writes no freezer file (1.5 % of forge's CPU).
 	frozen bool
+	// tplDied says why the child's template died, once it did with the
+	// child still alive (templateDied).
+	tplDied atomic.Pointer[string]
 }
 
 // setFreezer freezes (freezeChild) or thaws the child's cgroup.
@@ -336,7 +353,7 @@ func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, 
 	var best *template
 	n, bestBusy := 0, 0
 	for _, t := range forking {
-		if t.rootfs != cfg.Rootfs {
+		if t.key != keyOf(&cfg) {
 			continue
 		}
 		n++
@@ -355,7 +372,7 @@ func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, 
 	}
 	// One template start per image at a time: the others wait for it and take its slots.
 	r.tmu.Lock()
-	if wait, ok := r.starting[cfg.Rootfs]; ok {
+	if wait, ok := r.starting[keyOf(&cfg)]; ok {
 		r.tmu.Unlock()
 		select {
 		case <-wait:
@@ -365,7 +382,7 @@ func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, 
 		return r.templateFor(ctx, cfg)
 	}
 	done := make(chan struct{})
-	r.starting[cfg.Rootfs] = done
+	r.starting[keyOf(&cfg)] = done
 	r.tmu.Unlock()
 	t, err := r.launchTemplate(ctx, cfg, done)
 	if err != nil {
@@ -381,12 +398,12 @@ func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, 
 // startTemplateAsync starts one more template of cfg's rootfs unless one is starting.
 func (r *Runtime) startTemplateAsync(cfg Config) {
 	r.tmu.Lock()
-	if _, ok := r.starting[cfg.Rootfs]; ok || r.closing {
+	if _, ok := r.starting[keyOf(&cfg)]; ok || r.closing {
 		r.tmu.Unlock()
 		return
 	}
 	done := make(chan struct{})
-	r.starting[cfg.Rootfs] = done
+	r.starting[keyOf(&cfg)] = done
 	r.bgStarts.Add(1) // under tmu: closeTemplates waits for it
 	r.tmu.Unlock()
 	// The rootfs is held for the start: the sandbox whose fork began it may
@@ -412,7 +429,7 @@ func (r *Runtime) startTemplateAsync(cfg Config) {
 func (r *Runtime) launchTemplate(ctx context.Context, cfg Config, done chan struct{}) (*template, error) {
 	t, err := r.startTemplate(ctx, cfg)
 	r.tmu.Lock()
-	delete(r.starting, cfg.Rootfs)
+	delete(r.starting, keyOf(&cfg))
 	close(done)
 	if err == nil {
 		r.templates = append(r.templates, t)
@@ -499,6 +516,29 @@ func (t *template) release(slot int) {
 	}
 }
 
+// ZygoteChildCharge is the memory that one live child of a template is
+// charged in the template's own memory cgroup, with room to spare: the
+// kernel's objects of its clone (page tables, task, namespaces), the pages
+// its spare wrote ahead (the write set) and the pages the template copied
+// since that the child still shares. The host moves the child into its own
+// cgroup only after that (cgroup v2 moves no charges, and v1's
+// move_charge_at_immigrate is deprecated and moves no kernel memory), and
+// the charges go with the child's exit. docs/sandbox.md has the
+// measurement.
+const ZygoteChildCharge = 4 << 20
+
+// templateMemory is the memory limit of a template whose children have
+// the limit sandbox: a sandbox's own (the template's Python is one) plus
+// ZygoteChildCharge per child slot, so that slots live children never
+// make the kernel OOM-kill the template, which would take every child
+// with it. 0 (no limit) stays 0.
+func templateMemory(sandbox int64, slots int) int64 {
+	if sandbox <= 0 {
+		return 0
+	}
+	return sandbox + int64(slots)*ZygoteChildCharge
+}
+
 // TemplateIDSuffix ends the id of every zygote template, and so the name of
 // its cgroup, and no sandbox's: tests that walk the cgroups tell them apart.
 const TemplateIDSuffix = "-z"
@@ -506,7 +546,7 @@ const TemplateIDSuffix = "-z"
 // startTemplate starts the zygote container of cfg's image.
 func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, retErr error) {
 	n := r.zopts.Slots + 1
-	t := &template{rt: r, id: newID() + TemplateIDSuffix, rootfs: cfg.Rootfs, block: r.ids.BlockSize(), started: time.Now(),
+	t := &template{rt: r, id: newID() + TemplateIDSuffix, key: keyOf(&cfg), block: r.ids.BlockSize(), started: time.Now(),
 		stderr: &boundedBuffer{max: 64 << 10}, exited: make(chan struct{}), replies: make(chan zygoteMsg, 1), over: make(chan struct{}),
 		kids: make(map[int]*zchild), early: make(map[int]int)}
 	defer func() {
@@ -561,7 +601,7 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	}
 	t.proc = p
 	go func() {
-		_, _ = p.Wait()
+		t.state, _ = p.Wait()
 		close(t.exited)
 		t.ctl.Close() // ends read()
 	}()
@@ -664,6 +704,8 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 	}
 	limits := cfg.Limits
 	limits.Pids = int64(r.zopts.Slots) + 16 // a child is here only until it joins its own cgroup
+	limits.MemoryBytes = templateMemory(cfg.Limits.MemoryBytes, r.zopts.Slots)
+	t.memory = limits.MemoryBytes
 	argv := kernel.Argv(kernel.ZygotePath)
 	if r.zopts.PythonFork {
 		argv = append(argv, "--python-fork")
@@ -764,20 +806,81 @@ func (t *template) read(ready chan<- zygoteMsg) {
 // dead ends every child still known, once the template's control socket
 // has closed (its init is gone or going): the kernel kills the template's
 // pid namespace, children included, but a frozen child dies only once
-// thawed, which kill does.
+// thawed, which kill does. Each child is told that its template died, and
+// why (templateDied): its result and DeathReason say so rather than that a
+// signal came from outside.
 func (t *template) dead() {
 	t.mu.Lock()
 	kids := t.kids
 	t.kids = make(map[int]*zchild)
+	destroyed := t.gone
 	t.mu.Unlock()
+	if len(kids) == 0 {
+		return
+	}
 	for _, k := range kids {
 		// What ended is the child's channel, not the child: one paused in
 		// the pool is frozen in its own cgroup, and lives on (keeping the
 		// template's pid namespace from dying) until it is thawed. Its
 		// Destroy sees it exited and no longer kills it, so it dies here.
 		_ = k.kill(unix.SIGKILL)
+	}
+	why := "forge destroyed it"
+	if !destroyed {
+		// The socket closes as the template dies; its exit status comes
+		// once its pid namespace is gone (the kills above thawed it).
+		select {
+		case <-t.exited:
+		case <-time.After(2 * time.Second):
+		}
+		why = t.deathCause()
+		t.rt.log.Warn("zygote template died; its children died with it", "template", t.id, "children", len(kids), "why", why)
+	}
+	for _, k := range kids {
+		k.templateDied(why)
 		k.exit(128 + int(unix.SIGKILL))
 	}
+}
+
+// deathCause says how the template's init ended: an OOM kill in its own
+// memory cgroup, a signal or an exit status.
+func (t *template) deathCause() string {
+	if n, err := t.oomKills(); err == nil && n > 0 {
+		return fmt.Sprintf("the kernel's OOM killer killed it in its own memory cgroup (%d OOM kills there; its limit is %s, the sandboxes' memory plus %s per child slot)",
+			n, cgroups.FormatMemory(t.memory), cgroups.FormatMemory(ZygoteChildCharge))
+	}
+	if t.state != nil {
+		if ws, ok := t.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Sprintf("it was killed by signal %d (%s), not by forge", int(ws.Signal()), unix.SignalName(ws.Signal()))
+		}
+		return fmt.Sprintf("it exited with status %d%s", t.state.ExitCode(), note(t.stderr))
+	}
+	return "its control socket closed" + note(t.stderr)
+}
+
+// oomKills is the OOM kill count of the template's memory cgroup.
+func (t *template) oomKills() (uint64, error) {
+	if t.c == nil || t.rt.noCgroups {
+		return 0, ErrNoCgroup
+	}
+	st, err := t.c.State()
+	if err != nil {
+		return 0, err
+	}
+	m, err := manager.NewWithPaths(&occgroups.Cgroup{Resources: &occgroups.Resources{}}, st.CgroupPaths)
+	if err != nil {
+		return 0, err
+	}
+	u, err := cgroups.ReadUsage(m)
+	return u.OOMKills, err
+}
+
+// templateDied records that the child dies because its template did (or
+// was destroyed), for its result (ErrTypeTemplateDied) and DeathReason.
+func (k *zchild) templateDied(why string) {
+	msg := "its zygote template died (" + why + "), and every sandbox forked from it died with it"
+	k.tplDied.CompareAndSwap(nil, &msg)
+	k.s.killReason.CompareAndSwap(nil, &msg)
 }
 
 func (k *zchild) exit(code int) {
@@ -795,7 +898,7 @@ func (k *zchild) exit(code int) {
 
 // forkRequest is what the template's zygote.py reads for one child.
 type forkRequest struct {
-	ID            string              `json:"id"`
+	ID            string              `json:"id"` // the template's request number (template.seq), not the sandbox's id
 	UID           uint32              `json:"uid"`
 	IDsStart      uint32              `json:"ids_start"`
 	IDsSize       uint32              `json:"ids_size"`
@@ -861,7 +964,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		return nil, fmt.Errorf("seccomp of sandbox %s: %w", id, err)
 	}
 	req := forkRequest{
-		ID: id, UID: cfg.UID, IDsStart: uint32(slot) * t.block, IDsSize: t.block,
+		ID: strconv.FormatInt(t.seq.Add(1), 10), UID: cfg.UID, IDsStart: uint32(slot) * t.block, IDsSize: t.block,
 		TmpSize: cfg.TmpSize, WorkspaceSize: cfg.WorkspaceSize, Hostname: "sandbox-" + id[len(id)-6:],
 		UserLimits: r.budgets, SeccompID: prog.id, Env: Env,
 		Rlimits: map[string][2]int64{"RLIMIT_NOFILE": {1024, 1024}, "RLIMIT_CORE": {0, 0}, "RLIMIT_FSIZE": {1 << 30, 1 << 30}},
@@ -1402,6 +1505,7 @@ func (t *template) killChildren() {
 	t.mu.Unlock()
 	deadline := time.After(5 * time.Second)
 	for _, k := range kids {
+		k.templateDied("forge destroyed it while the sandbox lived: it fell out of step with the host, or forge is closing")
 		_ = k.kill(unix.SIGKILL)
 	}
 	for _, k := range kids {
