@@ -243,6 +243,13 @@ func (b *Builder) checkResolved(ctx context.Context, p *plan, set []policy.Resol
 			prior := p.approved
 			p.pending, p.patterns = names, patterns
 			if err := b.approve(ctx, p.req, p, nil); err != nil {
+				if errors.Is(err, ErrRefused) {
+					var chains []string
+					for _, n := range names {
+						chains = append(chains, strings.Join(policy.Chain(set, p.reqs, n), " requires "))
+					}
+					err = fmt.Errorf("%w (%s); nothing was installed", err, strings.Join(chains, "; "))
+				}
 				return err
 			}
 			p.approved = append(slices.Clone(prior), p.approved...)

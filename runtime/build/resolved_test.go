@@ -66,3 +66,36 @@ func TestPolicyResolvedSetCacheHit(t *testing.T) {
 		t.Fatalf("cache hit under a policy that blocks six: %v, want a refusal naming six and the cached environment", err)
 	}
 }
+
+// TestApprovalOfDependency: a dependency that matches approval_packages
+// needs the person's approval like a requested package: with approval:
+// elicit the person is asked about six (pulled in by python-dateutil), a
+// decline refuses the build naming the chain, an accept builds it.
+func TestApprovalOfDependency(t *testing.T) {
+	ctx := context.Background()
+	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+		pyPIConfig("auto")(c)
+		c.EnvironmentBuilder.ApprovalPackages, c.EnvironmentBuilder.Approval = []string{"six"}, "elicit"
+	})
+	name := uniqueName("t-resolved-approve")
+	removeEnv(t, eng, name)
+	req := build.Request{Name: name, Packages: []string{"python-dateutil==2.9.0.post0"}}
+	no := &person{eng: eng, answer: "decline"}
+	req.Approver = no
+	_, err := eng.BuildEnvironment(ctx, local, req)
+	if !errors.Is(err, build.ErrRefused) || !strings.Contains(err.Error(), "python-dateutil requires six") {
+		t.Fatalf("declined: %v, want a refusal naming the chain to six", err)
+	}
+	if no.count() != 1 || strings.Join(no.asked[0].Packages, ",") != "six" {
+		t.Fatalf("asked %+v, want once about six", no.asked)
+	}
+	yes := &person{eng: eng, answer: "accept"}
+	req.Approver = yes
+	res, err := eng.BuildEnvironment(ctx, local, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if yes.count() != 1 || strings.Join(yes.asked[0].Packages, ",") != "six" || strings.Join(res.Approved, ",") != "six" {
+		t.Errorf("asked %+v, approved %v, want six asked about and approved", yes.asked, res.Approved)
+	}
+}

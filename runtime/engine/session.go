@@ -59,7 +59,7 @@ func (e *Engine) ForkSession(ctx context.Context, p Principal, id, newID string)
 		return nil, refuse(err)
 	}
 	// The fork's creation is audited as session.create (the manager's event).
-	f, err := e.sessions.Fork(ctx, p.Tenant, id, newID)
+	f, err := e.sessions.Fork(withTenant(ctx, p), p.Tenant, id, newID)
 	return f, refuse(err)
 }
 
@@ -139,6 +139,7 @@ func (e *Engine) WriteFile(ctx context.Context, p Principal, id, path string, da
 	if err := p.check(); err != nil {
 		return refuse(err)
 	}
+	ctx = withTenant(ctx, p) // it may start the session's sandbox
 	if max := int64(e.cfg.Volumes.MaxFileSize); max > 0 && int64(len(data)) > max {
 		return refuse(fmt.Errorf("%w: file is %d bytes, over the limit of %d (volumes.max_file_size)", ErrInvalidRequest, len(data), max))
 	}
