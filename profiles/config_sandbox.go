@@ -5,7 +5,22 @@ type SandboxConfig struct {
 	Mode         string   `yaml:"mode" doc:"How each sandbox is made: zygote (the default: forked in a few milliseconds from a warm template container of its image; each child still gets its own user, mount, pid, net, ipc, uts and cgroup namespaces, cgroup, host uids and the seccomp profile) or container (one libcontainer container per sandbox). Code mode's sandboxes are children too; sandboxes with more mounts (hosted tools, sandboxed servers, builds) stay containers, and so does every sandbox of a rootless forge without a subordinate id range."`
 	ZygoteForks  int      `yaml:"zygote_forks" doc:"A zygote template is replaced after this many children: they share its address layout and hash secret."`
 	ZygoteMaxAge Duration `yaml:"zygote_max_age" doc:"A zygote template is replaced once this old (on a timer, whether or not it forks)."`
-	ZygoteSlots  int      `yaml:"zygote_slots" doc:"Children of one template alive at once (1-256); each maps onto a host uid block of its own (security.uid_map_size ids), so a template leases zygote_slots+1 blocks. Rootless, cut to fit two templates in the user's subordinate range (27 for 65536 ids)."`
+	ZygoteSlots  int      `yaml:"zygote_slots" doc:"Children of one template alive at once (1-256); each maps onto a host uid block of its own (security.uid_map_size ids), so a template leases zygote_slots+1 blocks. Rootless, cut to fit two templates in the user's subordinate range (27 for 65536 ids). A template's memory limit is execution.default_memory plus 4 MiB per slot (what its live children are charged in its cgroup)."`
+	// ZygotePerTenant: see ZygoteTenants.
+	ZygotePerTenant string `yaml:"zygote_per_tenant" doc:"Whether each tenant gets zygote templates (and warm pools) of its own, so that no two tenants' sandboxes are forked from one template: children of one template share its stack canary and pointer guard (AT_RANDOM), Python's hash secret and the address layout of its libraries (docs/security.md). on, off, or auto (the default): on when tokens are configured (server.auth.tokens, or a token store made by forge token create), decided when forge starts. Each tenant's template costs about a sandbox's memory and zygote_slots+1 host uid blocks."`
+}
+
+// ZygoteTenants says whether each tenant has zygote templates of its own:
+// sandbox.zygote_per_tenant on, or auto with tokens configured (in
+// server.auth.tokens, or tokenStore: the token store exists).
+func (c *Config) ZygoteTenants(tokenStore bool) bool {
+	switch c.Sandbox.ZygotePerTenant {
+	case "on", "true":
+		return true
+	case "off", "false":
+		return false
+	}
+	return len(c.Server.Auth.Tokens) > 0 || tokenStore
 }
 
 func (c *Config) validateSandbox(p *problems) {
@@ -19,5 +34,10 @@ func (c *Config) validateSandbox(p *problems) {
 	positive(p, "sandbox.zygote_max_age", s.ZygoteMaxAge)
 	if s.ZygoteSlots < 1 || s.ZygoteSlots > 256 {
 		p.add("sandbox.zygote_slots", "%d: must be in 1-256", s.ZygoteSlots)
+	}
+	switch s.ZygotePerTenant {
+	case "auto", "on", "off", "true", "false":
+	default:
+		p.add("sandbox.zygote_per_tenant", "%q: must be auto, on or off", s.ZygotePerTenant)
 	}
 }

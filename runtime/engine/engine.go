@@ -65,12 +65,16 @@ type Engine struct {
 
 	mu       sync.Mutex
 	closed   bool
-	pools    map[string]*pool.Pool // by image
-	poolUsed map[string]time.Time  // by image: last Acquire (environments' pools shrink to zero when idle)
+	pools    map[string]*pool.Pool // by poolKey: image, and tenant with perTenant
+	poolUsed map[string]time.Time  // by poolKey: last Acquire (environments' and tenants' pools shrink to zero when idle)
 	inflight atomic.Int64          // executions in flight
 	bg       sync.WaitGroup        // background destroys
 	grants   sessionGrants
 	observer Observer // nil = none
+
+	// perTenant: each tenant's sandboxes come from zygote templates and
+	// warm pools of its own (sandbox.zygote_per_tenant; tenant.go).
+	perTenant bool
 }
 
 // New opens the image store and the sandbox runtime (both clean up what
@@ -90,7 +94,8 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		opts.Audit = audit.Discard()
 	}
 	e := &Engine{cfg: cfg, log: opts.Logger, audit: opts.Audit, observer: opts.Observer,
-		slots: make(chan struct{}, max(cfg.Execution.MaxConcurrent, 1)), done: make(chan struct{})}
+		slots: make(chan struct{}, max(cfg.Execution.MaxConcurrent, 1)), done: make(chan struct{}),
+		perTenant: zygoteTenants(cfg.StateDir, cfg)}
 	var err error
 	if e.def, e.max, err = limitsOf(cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
@@ -389,6 +394,7 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 	if err := req.Principal.check(); err != nil {
 		return nil, err
 	}
+	ctx = withTenant(ctx, req.Principal)
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
@@ -452,7 +458,8 @@ func (e *Engine) acquire(ctx context.Context, plan Plan) (*sandbox.Sandbox, erro
 // acquireImage returns a running sandbox of image with the default limits,
 // from the warm pool when there is one.
 func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandbox, error) {
-	if p := e.poolFor(image); p != nil {
+	tenant := e.tenantOf(ctx)
+	if p := e.poolFor(image, tenant); p != nil {
 		sb, warm, err := p.Acquire(ctx)
 		if warm {
 			setMode(ctx, ModeWarm)
@@ -460,12 +467,12 @@ func (e *Engine) acquireImage(ctx context.Context, image string) (*sandbox.Sandb
 		}
 		e.mu.Lock()
 		if e.poolUsed != nil {
-			e.poolUsed[image] = time.Now() // idle from here: a cold acquire can take a while
+			e.poolUsed[poolKey(image, tenant)] = time.Now() // idle from here: a cold acquire can take a while
 		}
 		e.mu.Unlock()
 		return sb, err
 	}
-	return e.startSandbox(ctx, image)
+	return e.startSandboxFor(ctx, image, tenant)
 }
 
 // refillHold is how long at most a run holds back the refill of the pooled
@@ -503,12 +510,18 @@ func (b *callBox) releaseRefill() {
 // startSandbox starts a cold sandbox of image with the profile's default
 // limits; destroying it releases its image mount.
 func (e *Engine) startSandbox(ctx context.Context, image string, binds ...sandbox.Bind) (*sandbox.Sandbox, error) {
+	return e.startSandboxFor(ctx, image, e.tenantOf(ctx), binds...)
+}
+
+// startSandboxFor is startSandbox for tenant's templates (tenantOf).
+func (e *Engine) startSandboxFor(ctx context.Context, image, tenant string, binds ...sandbox.Bind) (*sandbox.Sandbox, error) {
 	fs, err := e.store.Acquire(ctx, image)
 	if err != nil {
 		return nil, err
 	}
 	cfg := e.sandboxConfig(fs.Path())
 	cfg.ImageID = fs.Image().ID
+	cfg.Tenant = tenant
 	cfg.Binds = binds
 	var bridgeDir, sbID string
 	if e.bridge != nil || e.egressPossible() || len(binds) > 0 {
@@ -648,9 +661,10 @@ func (e *Engine) Close(grace time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// poolFor returns the warm pool of image, creating it on first use; nil when
-// pools are disabled.
-func (e *Engine) poolFor(image string) *pool.Pool {
+// poolFor returns the warm pool of image for tenant (tenantOf), creating it
+// on first use; nil when pools are disabled.
+func (e *Engine) poolFor(image, tenant string) *pool.Pool {
+	key := poolKey(image, tenant)
 	pc := e.cfg.Pool
 	if !pc.Enabled || pc.Size <= 0 {
 		return nil
@@ -663,8 +677,8 @@ func (e *Engine) poolFor(image string) *pool.Pool {
 	if e.poolUsed == nil {
 		e.poolUsed = make(map[string]time.Time)
 	}
-	e.poolUsed[image] = time.Now()
-	if p, ok := e.pools[image]; ok {
+	e.poolUsed[key] = time.Now()
+	if p, ok := e.pools[key]; ok {
 		return p
 	}
 	if e.pools == nil {
@@ -691,17 +705,20 @@ func (e *Engine) poolFor(image string) *pool.Pool {
 		RefillConcurrency: pc.RefillConcurrency,
 		WarmModules:       warm,
 		RefillHold:        refillHold,
-		Start:             func(ctx context.Context) (*sandbox.Sandbox, error) { return e.startSandbox(ctx, image) },
+		Start:             func(ctx context.Context) (*sandbox.Sandbox, error) { return e.startSandboxFor(ctx, image, tenant) },
 		Logger:            e.log,
 	})
-	e.pools[image] = p
+	e.pools[key] = p
 	return p
 }
 
 // Prewarm creates the pool of the default image so it fills before the
-// first request.
+// first request; with templates per tenant, no pool is anyone's before its
+// tenant's first request.
 func (e *Engine) Prewarm() {
-	e.poolFor(e.cfg.Images.Default)
+	if !e.perTenant {
+		e.poolFor(e.cfg.Images.Default, "")
+	}
 }
 
 // PoolStats are the counters of every pool.

@@ -54,7 +54,7 @@ func (e *Engine) RemoveEnvironment(ctx context.Context, p Principal, name string
 	if err != nil {
 		return refuse(err)
 	}
-	e.dropPool(env.Image)
+	e.dropPool(poolKey(env.Image, e.tenantOf(withTenant(ctx, p))))
 	return refuse(e.builder.Remove(ctx, p.Tenant, name))
 }
 
@@ -130,36 +130,37 @@ func (e *Engine) templateImage(ctx context.Context, req *Request) (string, error
 	return res.Image, nil
 }
 
-// dropPool closes the warm pool of image, if it has one.
-func (e *Engine) dropPool(image string) {
+// dropPool closes the warm pool of key (poolKey), if there is one.
+func (e *Engine) dropPool(key string) {
 	e.mu.Lock()
-	p := e.pools[image]
-	delete(e.pools, image)
-	delete(e.poolUsed, image)
+	p := e.pools[key]
+	delete(e.pools, key)
+	delete(e.poolUsed, key)
 	e.mu.Unlock()
 	if p != nil {
 		if err := p.Close(); err != nil {
-			e.log.Warn("closing the warm pool", "image", image, "err", err)
+			e.log.Warn("closing the warm pool", "image", poolImage(key), "err", err)
 		}
 	}
 }
 
-// shrinkIdlePools closes the warm pools of environments unused for
-// pool.max_idle_age: an environment used once should not hold sandboxes
-// for ever. The default and data images keep theirs.
+// shrinkIdlePools closes the warm pools of environments, and of tenants
+// (with templates per tenant), unused for pool.max_idle_age: an environment
+// or tenant used once should not hold sandboxes for ever. The default and
+// data images keep their one shared pool.
 func (e *Engine) shrinkIdlePools(now time.Time) {
 	idle := time.Duration(e.cfg.Pool.MaxIdleAge)
 	e.mu.Lock()
 	var drop []string
-	for image, used := range e.poolUsed {
-		if isEnvironment(image) && now.Sub(used) > idle {
-			drop = append(drop, image)
+	for key, used := range e.poolUsed {
+		if (isEnvironment(poolImage(key)) || key != poolImage(key)) && now.Sub(used) > idle {
+			drop = append(drop, key) // an environment's, or a tenant's (tenant.go)
 		}
 	}
 	e.mu.Unlock()
-	for _, image := range drop {
-		e.log.Debug("warm pool of an idle environment shrinks to zero", "image", image)
-		e.dropPool(image)
+	for _, key := range drop {
+		e.log.Debug("idle warm pool shrinks to zero", "image", poolImage(key))
+		e.dropPool(key)
 	}
 }
 
