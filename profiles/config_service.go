@@ -52,12 +52,12 @@ type TenantsConfig struct {
 // TenantLimits are one tenant's token buckets and quotas. In Default a 0
 // means no per-tenant limit (forge's global limits still apply).
 type TenantLimits struct {
-	ExecutionsPerMinute float64  `yaml:"executions_per_minute" doc:"Token-bucket refill rate of executions (stateless runs and session calls), per minute. Over it, REST answers 429 with Retry-After and MCP a tool error naming the retry time. 0 = unlimited."`
+	ExecutionsPerMinute float64  `yaml:"executions_per_minute" doc:"Token-bucket refill rate of executions, per minute: every operation that runs in, starts or makes a sandbox counts (execute_python, write_file, read_file, list_files, document_state, fork_session, their REST endpoints, hosted-tool calls). Over it, REST answers 429 with Retry-After and MCP a tool error naming the retry time. 0 = unlimited."`
 	ExecutionBurst      int      `yaml:"execution_burst" doc:"Token-bucket size of executions: how many may start at once after a quiet spell. 0 = executions_per_minute / 6, at least 1."`
 	BuildsPerHour       float64  `yaml:"builds_per_hour" doc:"Token-bucket refill rate of environment builds, per hour. 0 = unlimited."`
 	BuildBurst          int      `yaml:"build_burst" doc:"Token-bucket size of builds. 0 = 1."`
-	MaxSessions         int      `yaml:"max_sessions" doc:"Most live sessions (running or hibernated) of the tenant; creating one more fails. 0 = only sessions.max_concurrent applies."`
-	MaxConcurrent       int      `yaml:"max_concurrent" doc:"Most executions of the tenant running at once; more fail at once with a busy error. 0 = only execution.max_concurrent applies."`
+	MaxSessions         int      `yaml:"max_sessions" doc:"Most sessions (running, hibernated or lost) of the tenant; creating one more fails, whichever call makes it (execute_python, write_file to a new id, fork_session, POST /sandboxes). 0 = only sessions.max_concurrent applies."`
+	MaxConcurrent       int      `yaml:"max_concurrent" doc:"Most executions of the tenant running at once (every operation that runs in, starts or makes a sandbox); more fail at once with a busy error. 0 = only execution.max_concurrent applies."`
 	Egress              []string `yaml:"egress,omitempty" doc:"Egress allowlist of the tenant (rules as in execution.egress), applied on top of the profile's: the tenant gets what both allow, and its requests may narrow that further, never widen it. Unset: the profile's alone; [none]: no egress."`
 }
 

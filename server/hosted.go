@@ -11,6 +11,7 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	"github.com/mcp-forge/forge/runtime/hosted"
+	"github.com/mcp-forge/forge/server/tenant"
 )
 
 // Hosted tools (runtime/hosted): listed beside forge's own tools, their
@@ -233,11 +234,16 @@ func (s *Server) handleHosted(ctx context.Context, name string, req mcp.CallTool
 	}
 	ctx, cancel := s.execContext(ctx)
 	defer cancel()
-	r, err := h.Call(ctx, s.principal(ctx), name, raw)
+	p := s.principal(ctx)
+	r, err := admitted(ctx, s, p, func(ctx context.Context) (*hosted.Result, error) { return h.Call(ctx, p, name, raw) })
 	if err != nil {
 		var ae *hosted.ArgumentError
-		if errors.As(err, &ae) {
+		var lim *tenant.LimitError
+		switch {
+		case errors.As(err, &ae):
 			return nil, err // an in-process client that skipped hostedPrecheck
+		case errors.As(err, &lim):
+			return mcp.NewToolResultError("Not run: " + lim.Error() + ". The tool did not start."), nil
 		}
 		return mcp.NewToolResultError("forge could not run the tool (an error of the sandbox, not of the tool): " + err.Error()), nil
 	}

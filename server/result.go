@@ -304,7 +304,7 @@ func (s *Server) addFileResource() {
 			if !ok || id == "" || path == "" {
 				return nil, fmt.Errorf("resource %q: want %s", req.Params.URI, uriSessionFile)
 			}
-			data, err := s.eng.ReadFile(ctx, s.principal(ctx), id, path)
+			data, err := gatedEngine{s}.ReadFile(ctx, s.principal(ctx), id, path)
 			if err != nil {
 				return nil, err
 			}

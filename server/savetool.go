@@ -86,7 +86,8 @@ func (s *Server) handleSaveTool(ctx context.Context, req mcp.CallToolRequest) (*
 	}
 	ctx, cancel := s.execContext(ctx)
 	defer cancel()
-	st, err := s.saver.Save(ctx, s.principal(ctx), sid, fn, name, desc)
+	p := s.principal(ctx)
+	st, err := admitted(ctx, s, p, func(ctx context.Context) (hosted.SavedTool, error) { return s.saver.Save(ctx, p, sid, fn, name, desc) })
 	if err != nil {
 		return mcp.NewToolResultError(saveError(err)), nil
 	}

@@ -41,7 +41,7 @@ var ErrService = errors.New("HTTP service")
 func (s *Server) restAPI() (*rest.API, error) {
 	x := s.cfg.Execution
 	return rest.New(rest.Options{
-		Version: s.opts.Version, Engine: s.eng,
+		Version: s.opts.Version, Engine: gatedEngine{s},
 		Execute: s.restExecute, CreateSandbox: s.createSandbox, DeleteFile: s.deleteFile,
 		Ready: s.ready, Principal: s.principal, Authorize: authorize,
 		ExecuteSchema: inputSchema(s.cfg), ResultSchema: outputSchema,
@@ -221,20 +221,14 @@ func (s *Server) executeRequest(ctx context.Context, a ExecuteArgs, progress fun
 	}
 }
 
-// execute runs req within its tenant's limits (tenants of tokens only:
-// the local user and unauthenticated listeners have forge's global limits).
+// execute runs req within its tenant's limits (the tenant gate, admit).
 func (s *Server) execute(ctx context.Context, req engine.Request) (*kernel.Result, error) {
+	return admitted(ctx, s, req.Principal, func(ctx context.Context) (*kernel.Result, error) { return s.run(ctx, req) })
+}
+
+// run runs req, which passed admit, under its tenant's egress policy.
+func (s *Server) run(ctx context.Context, req engine.Request) (*kernel.Result, error) {
 	if t, ok := strings.CutPrefix(req.Principal.Tenant, auth.TenantPrefix); ok && s.tenants != nil {
-		release, err := s.tenants.Execution(t)
-		if err != nil {
-			s.limited(t, err)
-			return nil, err
-		}
-		defer release()
-		if err := s.sessionQuota(ctx, t, req); err != nil {
-			s.limited(t, err)
-			return nil, err
-		}
 		if err := s.tenantEgress(t, &req); err != nil {
 			return nil, err
 		}
@@ -294,28 +288,6 @@ func (s *Server) tenantEgress(t string, req *engine.Request) error {
 	return nil
 }
 
-// sessionQuota refuses a request that would create a session past the
-// tenant's max_sessions.
-func (s *Server) sessionQuota(ctx context.Context, t string, req engine.Request) error {
-	n := s.tenants.MaxSessions(t)
-	if n <= 0 || (req.SessionID == "" && !req.NewSession) {
-		return nil
-	}
-	infos, err := s.eng.ListSessions(ctx, req.Principal)
-	if err != nil {
-		return err
-	}
-	for _, i := range infos {
-		if i.ID == req.SessionID {
-			return nil
-		}
-	}
-	if len(infos) >= n {
-		return s.tenants.SessionsError(t, n)
-	}
-	return nil
-}
-
 // restExecute is POST /api/v1/execute: execute_python's decoding and checks.
 func (s *Server) restExecute(ctx context.Context, body []byte) (*kernel.Result, error) {
 	s.active.Add(1)
@@ -357,18 +329,22 @@ func (s *Server) createSandbox(ctx context.Context, image string) (string, error
 // (the agent has no delete operation; the sandbox is the file's own).
 func (s *Server) deleteFile(ctx context.Context, id, path string) error {
 	p := s.principal(ctx)
-	if _, err := s.eng.SessionState(ctx, p, id); err != nil {
-		return err
-	}
-	if path == "" || strings.HasPrefix(path, "/") || strings.Contains(path, "\x00") || len(path) > 4096 ||
-		strings.Contains("/"+path+"/", "/../") {
-		return rest.NewProblem(ctx, http.StatusBadRequest, fmt.Sprintf("path %q: want a path relative to /workspace, without ..", truncate(path, 100)))
-	}
-	lit, _ := jsonString(path)
-	code := "__import__('os').remove(__import__('os').path.join('/workspace', " + lit + "))"
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
-	res, err := s.execute(ectx, engine.Request{Principal: p, RequestID: rest.RequestID(ctx), Code: code, SessionID: id})
+	// One admission for both steps: the check that the session exists (a
+	// session call would create it) and the removal.
+	res, err := admitted(ectx, s, p, func(ectx context.Context) (*kernel.Result, error) {
+		if _, err := s.eng.SessionState(ectx, p, id); err != nil {
+			return nil, err
+		}
+		if path == "" || strings.HasPrefix(path, "/") || strings.Contains(path, "\x00") || len(path) > 4096 ||
+			strings.Contains("/"+path+"/", "/../") {
+			return nil, rest.NewProblem(ctx, http.StatusBadRequest, fmt.Sprintf("path %q: want a path relative to /workspace, without ..", truncate(path, 100)))
+		}
+		lit, _ := jsonString(path)
+		code := "__import__('os').remove(__import__('os').path.join('/workspace', " + lit + "))"
+		return s.run(ectx, engine.Request{Principal: p, RequestID: rest.RequestID(ctx), Code: code, SessionID: id})
+	})
 	if err != nil {
 		return err
 	}

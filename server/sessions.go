@@ -214,9 +214,10 @@ func (s *Server) addSessionTools() {
 }
 
 func (s *Server) sessionTool(ctx context.Context, p engine.Principal, tool string, a sessionArgs) (*mcp.CallToolResult, error) {
+	g := gatedEngine{s}
 	switch tool {
 	case toolDocumentState:
-		doc, err := s.eng.DocumentState(ctx, p, a.SessionID, a.Variables, a.Note, a.Clear)
+		doc, err := g.DocumentState(ctx, p, a.SessionID, a.Variables, a.Note, a.Clear)
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +238,7 @@ func (s *Server) sessionTool(ctx context.Context, p engine.Principal, tool strin
 		}
 		return mcp.NewToolResultText("Session " + a.SessionID + " destroyed."), nil
 	case toolForkSession:
-		f, err := s.eng.ForkSession(ctx, p, a.SessionID, a.NewID)
+		f, err := g.ForkSession(ctx, p, a.SessionID, a.NewID)
 		if err != nil {
 			return nil, err
 		}
@@ -252,18 +253,18 @@ func (s *Server) sessionTool(ctx context.Context, p engine.Principal, tool strin
 		if a.Encoding == "base64" {
 			data, _ = base64.StdEncoding.DecodeString(*a.Content)
 		}
-		if err := s.eng.WriteFile(ctx, p, a.SessionID, a.Path, data); err != nil {
+		if err := g.WriteFile(ctx, p, a.SessionID, a.Path, data); err != nil {
 			return nil, err
 		}
 		return mcp.NewToolResultText(fmt.Sprintf("Wrote %d bytes to /workspace/%s in session %s.", len(data), a.Path, a.SessionID)), nil
 	case toolReadFile:
-		data, err := s.eng.ReadFile(ctx, p, a.SessionID, a.Path)
+		data, err := g.ReadFile(ctx, p, a.SessionID, a.Path)
 		if err != nil {
 			return nil, err
 		}
 		return fileResult(a.Path, data), nil
 	case toolListFiles:
-		files, err := s.eng.ListFiles(ctx, p, a.SessionID)
+		files, err := g.ListFiles(ctx, p, a.SessionID)
 		if err != nil {
 			return nil, err
 		}
@@ -326,7 +327,7 @@ func (s *Server) sessionResource(varsOnly bool) func(context.Context, mcp.ReadRe
 		if !ok || !ok2 {
 			return nil, fmt.Errorf("resource %q: want forge://sessions/{id}/state or /variables", req.Params.URI)
 		}
-		meta, err := s.eng.SessionState(ctx, s.principal(ctx), id)
+		meta, err := gatedEngine{s}.SessionState(ctx, s.principal(ctx), id)
 		if err != nil {
 			return nil, err
 		}

@@ -62,6 +62,7 @@ var refusals = []struct {
 	{rootfs.ErrImageNotFound, RefusedNotFound},
 	{session.ErrNotFound, RefusedNotFound},
 	{session.ErrLimit, RefusedLimit},
+	{session.ErrQuota, RefusedLimit}, // the principal's quota (session.WithQuota)
 	{session.ErrBusy, RefusedBusy},
 	{ErrBusy, RefusedBusy}, // execution.max_concurrent
 	{build.ErrInvalid, RefusedInvalid},

@@ -22,7 +22,10 @@ func (e *Engine) Sessions() *session.Manager { return e.sessions }
 
 // The session methods below act on p's sessions only: an id of another
 // principal's session answers exactly like an unknown id. Errors the caller
-// must fix are *RefusedError.
+// must fix are *RefusedError. A ctx from session.WithQuota caps how many
+// sessions p may have: Execute, WriteFile and ForkSession then refuse a new
+// one past it (a *session.QuotaError inside), counted where the session
+// is made.
 
 // ListSessions lists p's sessions.
 func (e *Engine) ListSessions(ctx context.Context, p Principal) ([]session.Info, error) {

@@ -10,6 +10,9 @@ var (
 	ErrNotFound = errors.New("session not found")
 	// ErrLimit: sessions.max_concurrent live sessions exist already.
 	ErrLimit = errors.New("too many sessions")
+	// ErrQuota: the owner has the most sessions its quota (WithQuota)
+	// allows; wrapped by every *QuotaError.
+	ErrQuota = errors.New("session quota reached")
 	// ErrBusy: another forge process owns the session.
 	ErrBusy = errors.New("session in use by another forge process")
 	// ErrBadID: a session id outside [A-Za-z0-9_-]{1,64}.
@@ -48,3 +51,17 @@ func (e *FileError) Unwrap() error { return e.Err }
 
 // ErrExists: fork_session named a new session id that is already taken.
 var ErrExists = errors.New("session already exists")
+
+// QuotaError refuses a new session of an owner that has Max already (its
+// quota, from WithQuota): running, hibernated or lost, in this process or
+// on disk.
+type QuotaError struct {
+	Owner string
+	Max   int
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("%v: %d sessions exist, the most this principal may have; destroy one with destroy_session", ErrQuota, e.Max)
+}
+
+func (e *QuotaError) Unwrap() error { return ErrQuota }

@@ -58,6 +58,7 @@ func (m *Manager) Fork(ctx context.Context, owner, srcID, newID string) (_ *Fork
 		return nil, err
 	}
 	defer dst.mu.Unlock()
+	dst.fresh = false // undone below on failure, not by Call
 	defer func() {
 		if retErr != nil { // nothing half-made
 			if dst.sb != nil {

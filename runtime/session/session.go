@@ -133,6 +133,10 @@ type Manager struct {
 	stop   chan struct{}
 	reaped sync.WaitGroup
 
+	// creating serializes counting an owner's sessions with registering a
+	// new one, for calls with a quota (WithQuota). Taken before mu.
+	creating sync.Mutex
+
 	mu       sync.Mutex
 	sessions map[key]*Session // in this process (active or being brought up)
 	closed   bool
@@ -151,6 +155,9 @@ type Session struct {
 	sb   *sandbox.Sandbox
 	lock *os.File // flock on the session dir: ownership across processes
 	gone bool     // destroyed or hibernated: drop and look up again
+	// fresh: created by this process and never started; Call removes it
+	// again if its first sandbox fails to start.
+	fresh bool
 }
 
 var idRE = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
@@ -225,8 +232,12 @@ func (m *Manager) Call(ctx context.Context, owner, id, image string, create bool
 	defer s.mu.Unlock()
 	notes, err = s.ensureSandboxLocked(ctx)
 	if err != nil {
+		if s.fresh {
+			m.discardFreshLocked(s)
+		}
 		return notes, err
 	}
+	s.fresh = false
 	if err := s.sb.Resume(); err != nil {
 		s.dropSandboxLocked("resume failed: " + err.Error())
 		return notes, err
@@ -284,6 +295,14 @@ func (m *Manager) claim(ctx context.Context, k key, image string, create bool) (
 	if !exists && !create {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
+	if !exists {
+		// Counted and registered under one lock (see WithQuota).
+		unlock, err := m.admitNew(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -303,7 +322,7 @@ func (m *Manager) claim(ctx context.Context, k key, image string, create bool) (
 		meta = &Meta{ID: id, Owner: k.owner, Image: image, Created: now, LastActive: now, Status: Hibernated}
 	}
 	meta.ID, meta.Owner = id, k.owner // the directory says whose it is (older metas name none)
-	s := &Session{m: m, meta: *meta, lock: lock}
+	s := &Session{m: m, meta: *meta, lock: lock, fresh: !exists}
 	s.mu.Lock()
 	m.mu.Lock()
 	if _, raced := m.sessions[k]; raced || m.closed {
