@@ -13,14 +13,17 @@ import (
 	"github.com/mcp-forge/forge/server/rest"
 )
 
+// readTimeout bounds reading one request, headers and body: a client that
+// dribbles its body loses its connection. bodyLimits lifts it once the body
+// is read, so a long execution or an SSE stream is not cut (net/http would
+// cancel the request's context when the deadline passed). A variable for
+// tests.
+var readTimeout = 60 * time.Second
+
 // HTTP limits of the listener (http.Server and the body budget).
 const (
 	// maxHeaderBytes bounds a request's header block; past it Go answers 431.
 	maxHeaderBytes = 64 << 10
-	// readTimeout bounds reading one request, headers and body: a client
-	// that dribbles its body loses its connection. bodies lifts it once the
-	// body is read, so a long execution or an SSE stream is not cut.
-	readTimeout = 60 * time.Second
 	// idleTimeout closes keep-alive connections nobody uses.
 	idleTimeout = 2 * time.Minute
 	// bodyWait is how long a request waits for room in the body budget.
