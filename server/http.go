@@ -113,7 +113,7 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       readTimeout, // lifted per request once its body is read (bodyLimits)
+		ReadTimeout:       readTimeout, // headers and body; net/http lifts it once the body is read
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),

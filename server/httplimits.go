@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -14,10 +13,10 @@ import (
 )
 
 // readTimeout bounds reading one request, headers and body: a client that
-// dribbles its body loses its connection. bodyLimits lifts it once the body
-// is read, so a long execution or an SSE stream is not cut (net/http would
-// cancel the request's context when the deadline passed). A variable for
-// tests.
+// dribbles its body loses its connection. It does not cut a long execution
+// or an SSE stream: net/http lifts the deadline once the body is read (its
+// background read, which watches for the client going away, has none). A
+// variable for tests.
 var readTimeout = 60 * time.Second
 
 // HTTP limits of the listener (http.Server and the body budget).
@@ -69,9 +68,7 @@ func (b *bodyLimits) limit(path string) int64 {
 // wrap applies the limits to next.
 func (b *bodyLimits) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
 		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
-			_ = rc.SetReadDeadline(time.Time{}) // nothing more to read: readTimeout is done
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -94,7 +91,7 @@ func (b *bodyLimits) wrap(next http.Handler) http.Handler {
 			return
 		}
 		defer b.budget.Release(need)
-		r.Body = &bodyReader{ReadCloser: http.MaxBytesReader(w, r.Body, limit), rc: rc}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		next.ServeHTTP(w, r)
 	})
 }
@@ -103,21 +100,4 @@ func tooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
 	w.Header().Set("Connection", "close")
 	rest.NewProblem(r.Context(), http.StatusRequestEntityTooLarge,
 		fmt.Sprintf("the request body is over %d bytes, the most %s %s takes (see docs/service.md, \"Request bodies\")", limit, r.Method, r.URL.Path)).Write(w)
-}
-
-// bodyReader lifts the connection's read deadline once the body is read
-// to its end.
-type bodyReader struct {
-	io.ReadCloser
-	rc   *http.ResponseController
-	done bool
-}
-
-func (b *bodyReader) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err == io.EOF && !b.done {
-		b.done = true
-		_ = b.rc.SetReadDeadline(time.Time{})
-	}
-	return n, err
 }

@@ -29,9 +29,9 @@ func (e slowEngine) Execute(ctx context.Context, req engine.Request) (*kernel.Re
 	}
 }
 
-// TestReadTimeout: a request whose body is read runs past readTimeout (the
-// deadline is lifted, or net/http would cancel the run), and one whose body
-// never comes loses its connection at readTimeout (on /mcp; the REST
+// TestReadTimeout: a request whose body is read runs past readTimeout
+// (net/http lifts the deadline; a cancelled run would be an error here), and
+// one whose body never comes loses its connection at readTimeout (on /mcp; the REST
 // API reads bodies with a timeout of its own, huma's BodyReadTimeout).
 func TestReadTimeout(t *testing.T) {
 	old := readTimeout
@@ -48,7 +48,16 @@ func TestReadTimeout(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	base := "http://" + ln.Addr().String()
 
-	resp, err := http.Post(base+"/api/v1/execute", "application/json", strings.NewReader(`{"code": "1"}`))
+	// A stateless (2026-07-28) tools/call on /mcp: the REST API's huma
+	// sets and lifts a deadline of its own around the body.
+	req, _ := http.NewRequest(http.MethodPost, base+EndpointPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call",`+
+		`"params":{"name":"execute_python","arguments":{"code":"1"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Mcp-Method", "tools/call")
+	req.Header.Set("Mcp-Name", "execute_python")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
