@@ -13,8 +13,13 @@ import (
 	"strings"
 )
 
-// DefaultEgressPorts are the ports of a rule that names none.
-var DefaultEgressPorts = []int{80, 443}
+// Default ports of a rule that names none: a name rule allows HTTPS only
+// (plain http:// to a name must be asked for, as name:80 or name:80,443);
+// an IP or CIDR rule allows 80 and 443.
+var (
+	DefaultEgressNamePorts = []int{443}
+	DefaultEgressAddrPorts = []int{80, 443}
+)
 
 // EgressNone is the policy string of the zero EgressPolicy (deny everything).
 const EgressNone = "none"
@@ -25,12 +30,20 @@ type EgressRule struct {
 	// name below suffix, not suffix itself), an IP literal or a CIDR.
 	// Names are lower case without a trailing dot.
 	Host string
-	// Ports are the allowed ports, sorted; empty means DefaultEgressPorts.
+	// Ports are the allowed ports, sorted; empty means the defaults
+	// (DefaultEgressNamePorts for a name, DefaultEgressAddrPorts for an IP
+	// or a CIDR).
 	Ports []int
 	// Private lets a name rule reach the loopback, private, link-local and
 	// metadata addresses its name resolves to ("!private" in the string
 	// form). IP and CIDR rules allow the addresses they name anyway.
 	Private bool
+	// RawTCP lets a CONNECT tunnel under this rule carry any TCP protocol
+	// ("!tcp" in the string form): the proxy forwards its bytes unread.
+	// Without it a tunnel must open with a TLS ClientHello whose SNI is the
+	// CONNECT host, and plain HTTP goes as proxy requests (absolute
+	// http:// URIs), whose Host is checked.
+	RawTCP bool
 }
 
 // EgressPolicy is an allowlist: a connection is allowed when a rule allows it.
@@ -73,18 +86,26 @@ func MustParseEgress(rules ...string) EgressPolicy {
 	return p
 }
 
-const egressRuleSyntax = `want host[:port[,port...]][!private], where host is a DNS name, *.suffix, an IP or a CIDR (IPv6 in brackets when a port follows: [2001:db8::/32]:443), ports are 1-65535 and default to 80,443; or "none" alone`
+const egressRuleSyntax = `want host[:port[,port...]][!private][!tcp], where host is a DNS name, *.suffix, an IP or a CIDR (IPv6 in brackets when a port follows: [2001:db8::/32]:443), ports are 1-65535 and default to 443 for a name and 80,443 for an IP or a CIDR, !private lets a name reach private addresses and !tcp lets a tunnel carry any protocol, not only TLS; or "none" alone`
 
 // ParseEgressRule parses "pypi.org", "*.pythonhosted.org:443",
-// "10.0.0.0/8:5432", "[::1]:8080", "db.internal:5432!private".
+// "10.0.0.0/8:5432", "[::1]:8080", "db.internal:5432!private!tcp".
 func ParseEgressRule(s string) (EgressRule, error) {
 	bad := func(why string) (EgressRule, error) {
 		return EgressRule{}, fmt.Errorf("%w %q: %s; %s", ErrInvalidEgressRule, s, why, egressRuleSyntax)
 	}
-	in := strings.TrimSpace(s)
+	in, flags, hasFlags := strings.Cut(strings.TrimSpace(s), "!")
 	var r EgressRule
-	if rest, ok := strings.CutSuffix(in, "!private"); ok {
-		r.Private, in = true, rest
+	for f := range strings.SplitSeq(flags, "!") {
+		switch {
+		case !hasFlags:
+		case f == "private" && !r.Private:
+			r.Private = true
+		case f == "tcp" && !r.RawTCP:
+			r.RawTCP = true
+		default:
+			return bad(fmt.Sprintf("flag %q is not !private or !tcp, or is repeated", "!"+f))
+		}
 	}
 	if in == "" {
 		return bad("empty host")
@@ -189,9 +210,17 @@ func CheckHostName(name string) error {
 	return nil
 }
 
+// defaultPorts are the ports of r when it names none.
+func (r EgressRule) defaultPorts() []int {
+	if r.isAddr() {
+		return DefaultEgressAddrPorts
+	}
+	return DefaultEgressNamePorts
+}
+
 func (r EgressRule) normalize() EgressRule {
 	if len(r.Ports) == 0 {
-		r.Ports = slices.Clone(DefaultEgressPorts)
+		r.Ports = slices.Clone(r.defaultPorts())
 	}
 	slices.Sort(r.Ports)
 	r.Ports = slices.Compact(r.Ports)
@@ -213,7 +242,7 @@ func (p EgressPolicy) Normalize() EgressPolicy {
 }
 
 func (r EgressRule) equal(o EgressRule) bool {
-	return r.Host == o.Host && r.Private == o.Private && slices.Equal(r.Ports, o.Ports)
+	return r.Host == o.Host && r.Private == o.Private && r.RawTCP == o.RawTCP && slices.Equal(r.Ports, o.Ports)
 }
 
 // isAddr reports whether the rule names an IP or a CIDR rather than a name.
@@ -247,7 +276,7 @@ func (r EgressRule) String() string {
 		host = "[" + host + "]"
 	}
 	b.WriteString(host)
-	if !slices.Equal(r.Ports, DefaultEgressPorts) {
+	if !slices.Equal(r.Ports, r.defaultPorts()) {
 		b.WriteByte(':')
 		for i, p := range r.Ports {
 			if i > 0 {
@@ -258,6 +287,9 @@ func (r EgressRule) String() string {
 	}
 	if r.Private {
 		b.WriteString("!private")
+	}
+	if r.RawTCP {
+		b.WriteString("!tcp")
 	}
 	return b.String()
 }
@@ -285,25 +317,34 @@ func matchEgressName(rule, name string) bool {
 	return rule == name
 }
 
-// AllowsHost returns the rule that allows host (a name in canonical form,
-// or an IP literal) on port, if any. An IP literal is matched by IP and
-// CIDR rules only, a name by name rules only.
+// AllowsHost returns the first rule that allows host (a name in canonical
+// form, or an IP literal) on port, if any. An IP literal is matched by IP
+// and CIDR rules only, a name by name rules only.
 func (p EgressPolicy) AllowsHost(host string, port int) (EgressRule, bool) {
+	rules := p.RulesFor(host, port)
+	if len(rules) == 0 {
+		return EgressRule{}, false
+	}
+	return rules[0], true
+}
+
+// RulesFor returns every rule that allows host on port, in policy order,
+// normalized: what a connection may do is what one of them allows (its
+// flags, !private and !tcp, come from the same rule).
+func (p EgressPolicy) RulesFor(host string, port int) []EgressRule {
 	a, err := netip.ParseAddr(host)
+	var out []EgressRule
 	for _, r := range p.Rules {
 		r = r.normalize()
 		if !slices.Contains(r.Ports, port) {
 			continue
 		}
 		pfx, isAddr := r.prefix()
-		switch {
-		case err == nil && isAddr && pfx.Contains(a.Unmap()):
-			return r, true
-		case err != nil && !isAddr && matchEgressName(r.Host, host):
-			return r, true
+		if err == nil && isAddr && pfx.Contains(a.Unmap()) || err != nil && !isAddr && matchEgressName(r.Host, host) {
+			out = append(out, r)
 		}
 	}
-	return EgressRule{}, false
+	return out
 }
 
 // AllowsAddr reports whether an IP or CIDR rule names addr on port: what
@@ -319,7 +360,7 @@ func (p EgressPolicy) AllowsAddr(addr netip.Addr, port int) bool {
 }
 
 // Narrow returns what both p and q allow: each pair of rules intersected
-// (hosts, ports and the private flag). Use it to apply a tenant's policy
+// (hosts, ports and the private and tcp flags). Use it to apply a tenant's policy
 // on top of a profile's.
 func (p EgressPolicy) Narrow(q EgressPolicy) EgressPolicy {
 	var out EgressPolicy
@@ -352,7 +393,7 @@ func intersectEgress(a, b EgressRule) (EgressRule, bool) {
 	default:
 		return EgressRule{}, false
 	}
-	return EgressRule{Host: host, Ports: ports, Private: a.Private && b.Private}, true
+	return EgressRule{Host: host, Ports: ports, Private: a.Private && b.Private, RawTCP: a.RawTCP && b.RawTCP}, true
 }
 
 // egressHostWithin reports whether every host that rule host a covers is
@@ -373,7 +414,8 @@ func egressHostWithin(a, b string) bool {
 }
 
 // Within checks that every rule of q is inside one rule of p (its host
-// covered, its ports a subset, !private only where p has it) and returns q.
+// covered, its ports a subset, !private and !tcp only where p has them) and
+// returns q.
 // A request's policy must be Within the one it runs under: it may narrow,
 // never widen. The error (ErrEgressWiden) names the rules that widen and p's
 // rules, and says which setting grants them.

@@ -13,18 +13,21 @@ func TestParseEgressRule(t *testing.T) {
 		in   string
 		want EgressRule
 	}{
-		{"pypi.org", EgressRule{Host: "pypi.org", Ports: []int{80, 443}}},
-		{"PyPI.org.", EgressRule{Host: "pypi.org", Ports: []int{80, 443}}},
+		{"pypi.org", EgressRule{Host: "pypi.org", Ports: []int{443}}}, // a name: HTTPS only
+		{"PyPI.org.", EgressRule{Host: "pypi.org", Ports: []int{443}}},
+		{"pypi.org:80,443", EgressRule{Host: "pypi.org", Ports: []int{80, 443}}},
 		{"*.pythonhosted.org:443", EgressRule{Host: "*.pythonhosted.org", Ports: []int{443}}},
 		{"10.0.0.0/8:5432", EgressRule{Host: "10.0.0.0/8", Ports: []int{5432}}},
 		{"10.1.2.3/8:5432", EgressRule{Host: "10.0.0.0/8", Ports: []int{5432}}},
 		{"127.0.0.1:8080,80,8080", EgressRule{Host: "127.0.0.1", Ports: []int{80, 8080}}},
 		{"[::1]:8080", EgressRule{Host: "::1", Ports: []int{8080}}},
-		{"::1", EgressRule{Host: "::1", Ports: []int{80, 443}}},
+		{"::1", EgressRule{Host: "::1", Ports: []int{80, 443}}}, // an IP: 80 and 443
 		{"[2001:db8::/32]:443", EgressRule{Host: "2001:db8::/32", Ports: []int{443}}},
 		{"::ffff:127.0.0.1", EgressRule{Host: "127.0.0.1", Ports: []int{80, 443}}},
 		{"db.internal:5432!private", EgressRule{Host: "db.internal", Ports: []int{5432}, Private: true}},
-		{" files_1.example.com ", EgressRule{Host: "files_1.example.com", Ports: []int{80, 443}}},
+		{"db.internal:5432!tcp!private", EgressRule{Host: "db.internal", Ports: []int{5432}, Private: true, RawTCP: true}},
+		{"10.0.0.5:5432!tcp", EgressRule{Host: "10.0.0.5", Ports: []int{5432}, RawTCP: true}},
+		{" files_1.example.com ", EgressRule{Host: "files_1.example.com", Ports: []int{443}}},
 	} {
 		got, err := ParseEgressRule(tc.in)
 		if err != nil {
@@ -61,6 +64,10 @@ func TestParseEgressRuleErrors(t *testing.T) {
 		{"[::1", "unclosed ["},
 		{"[::1]8080", "want :port after ]"},
 		{"10.0.0.1!private", "!private is for names"},
+		{"pypi.org!", `flag "!" is not !private or !tcp`},
+		{"pypi.org!udp", `flag "!udp" is not !private or !tcp`},
+		{"pypi.org!tcp!tcp", `flag "!tcp" is not !private or !tcp, or is repeated`},
+		{"pypi.org!tcp:443", `flag "!tcp:443"`},
 		{"a..b", "empty or over-long label"},
 		{strings.Repeat("a", 64) + ".org", "over-long label"},
 	} {
@@ -82,11 +89,11 @@ func TestParseEgressPolicy(t *testing.T) {
 			t.Errorf("ParseEgressPolicy(%q) = %v, %v; want the zero Policy", in, p, err)
 		}
 	}
-	p, err := ParseEgressPolicy([]string{"pypi.org", "pypi.org:80,443", "*.pythonhosted.org:443"})
+	p, err := ParseEgressPolicy([]string{"pypi.org", "pypi.org:443", "*.pythonhosted.org:80,443", "10.0.0.1", "10.0.0.1:443,80"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"pypi.org", "*.pythonhosted.org:443"}, p.Strings()); diff != "" {
+	if diff := cmp.Diff([]string{"pypi.org", "*.pythonhosted.org:80,443", "10.0.0.1"}, p.Strings()); diff != "" {
 		t.Errorf("duplicates not merged (-want +got):\n%s", diff)
 	}
 	_, err = ParseEgressPolicy([]string{"ok.org", "bad:x", "none"})
@@ -96,14 +103,16 @@ func TestParseEgressPolicy(t *testing.T) {
 }
 
 func TestEgressAllowsHost(t *testing.T) {
-	pol := MustParseEgress("pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432", "127.0.0.1:8080")
+	pol := MustParseEgress("pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432", "127.0.0.1:8080", "192.0.2.1")
 	for _, tc := range []struct {
 		host string
 		port int
 		want bool
 	}{
 		{"pypi.org", 443, true},
-		{"pypi.org", 80, true},
+		{"pypi.org", 80, false}, // a name rule without ports allows 443 only
+		{"192.0.2.1", 80, true}, // an IP rule without ports allows 80 and 443
+		{"192.0.2.1", 443, true},
 		{"pypi.org", 8080, false},
 		{"www.pypi.org", 443, false},
 		{"files.pythonhosted.org", 443, true},
@@ -131,7 +140,8 @@ func TestEgressNarrow(t *testing.T) {
 	}{
 		{"none narrows to none", []string{"pypi.org"}, nil, []string{"none"}},
 		{"equal", []string{"pypi.org"}, []string{"pypi.org"}, []string{"pypi.org"}},
-		{"ports intersect", []string{"pypi.org:80,443,8080"}, []string{"pypi.org:443,9000"}, []string{"pypi.org:443"}},
+		{"ports intersect", []string{"pypi.org:80,443,8080"}, []string{"pypi.org:443,9000"}, []string{"pypi.org"}},
+		{"default ports", []string{"pypi.org:80,443"}, []string{"pypi.org"}, []string{"pypi.org"}},
 		{"disjoint ports", []string{"pypi.org:80"}, []string{"pypi.org:443"}, []string{"none"}},
 		{"name within wildcard", []string{"*.example.com"}, []string{"a.example.com"}, []string{"a.example.com"}},
 		{"wildcard within wildcard", []string{"*.example.com"}, []string{"*.x.example.com"}, []string{"*.x.example.com"}},
@@ -142,8 +152,10 @@ func TestEgressNarrow(t *testing.T) {
 		{"name is not an ip", []string{"10.0.0.0/8"}, []string{"db.internal"}, []string{"none"}},
 		{"private needs both", []string{"db.internal!private"}, []string{"db.internal"}, []string{"db.internal"}},
 		{"private both", []string{"db.internal!private"}, []string{"db.internal!private"}, []string{"db.internal!private"}},
+		{"tcp needs both", []string{"db.internal:5432!tcp"}, []string{"db.internal:5432"}, []string{"db.internal:5432"}},
+		{"tcp both", []string{"db.internal:5432!private!tcp"}, []string{"db.internal:5432!tcp"}, []string{"db.internal:5432!tcp"}},
 		{"many", []string{"pypi.org", "*.pythonhosted.org:443"}, []string{"files.pythonhosted.org", "github.com"},
-			[]string{"files.pythonhosted.org:443"}},
+			[]string{"files.pythonhosted.org"}},
 	} {
 		p, q := MustParseEgress(tc.p...), MustParseEgress(tc.q...)
 		if diff := cmp.Diff(tc.want, p.Narrow(q).Strings()); diff != "" {
@@ -156,7 +168,7 @@ func TestEgressNarrow(t *testing.T) {
 }
 
 func TestEgressWithin(t *testing.T) {
-	prof := MustParseEgress("pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432")
+	prof := MustParseEgress("pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432", "db.internal:5432!private!tcp")
 	for _, tc := range []struct {
 		req  []string
 		wide string // "" = allowed
@@ -167,10 +179,14 @@ func TestEgressWithin(t *testing.T) {
 		{[]string{"pypi.org:8080"}, "pypi.org:8080"},
 		{[]string{"github.com"}, "github.com"},
 		{[]string{"*.org"}, ""}, // parse error, tested apart
-		{[]string{"pythonhosted.org:443"}, "pythonhosted.org:443"},
+		{[]string{"pythonhosted.org:443"}, "pythonhosted.org"},
 		{[]string{"10.0.0.0/7:5432"}, "10.0.0.0/7:5432"},
 		{[]string{"pypi.org!private"}, "pypi.org!private"},
-		{[]string{"pypi.org", "evil.com:443"}, "evil.com:443"},
+		{[]string{"pypi.org:80"}, "pypi.org:80"},
+		{[]string{"pypi.org!tcp"}, "pypi.org!tcp"},
+		{[]string{"db.internal:5432!tcp"}, ""},
+		{[]string{"10.0.0.1:5432!tcp"}, "10.0.0.1:5432!tcp"},
+		{[]string{"pypi.org", "evil.com:443"}, "evil.com"},
 	} {
 		q, err := ParseEgressPolicy(tc.req)
 		if err != nil {
@@ -183,7 +199,7 @@ func TestEgressWithin(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrEgressWiden) || !strings.Contains(err.Error(), tc.wide) || !strings.Contains(err.Error(), "[pypi.org, *.pythonhosted.org:443, 10.0.0.0/8:5432]") ||
+		if !errors.Is(err, ErrEgressWiden) || !strings.Contains(err.Error(), tc.wide) || !strings.Contains(err.Error(), "[pypi.org, *.pythonhosted.org, 10.0.0.0/8:5432, db.internal:5432!private!tcp]") ||
 			!strings.Contains(err.Error(), "the profile's egress") {
 			t.Errorf("Within(%q) = %v, want ErrEgressWiden naming %q, the setting and the profile's rules", tc.req, err, tc.wide)
 		}

@@ -22,7 +22,7 @@ var (
 	// configured.
 	ErrUnknownProfile = errors.New("unknown profile")
 	// ErrInvalidEgressRule is wrapped by errors for an egress rule string
-	// that is not host[:ports][!private]; the error names the rule.
+	// that is not host[:ports][!private][!tcp]; the error names the rule.
 	ErrInvalidEgressRule = errors.New("invalid egress rule")
 	// ErrEgressWiden is returned by EgressPolicy.Within for a request that
 	// asks for more than the policy it must stay inside.

@@ -37,7 +37,7 @@ func FuzzParse(f *testing.F) {
 // narrowing with itself changes nothing.
 func FuzzParseEgressRule(f *testing.F) {
 	for _, s := range []string{"pypi.org", "*.pythonhosted.org:443", "10.0.0.0/8:5432", "[::1]:8080", "db.internal:5432!private",
-		"[2001:db8::/32]:443,80", "none", "a..b", "[::1", "x:0", "::ffff:1.2.3.4", "*.a.b:1,2,3!private"} {
+		"[2001:db8::/32]:443,80", "none", "a..b", "[::1", "x:0", "::ffff:1.2.3.4", "*.a.b:1,2,3!private", "db:5432!tcp!private", "10.0.0.1!tcp", "x!"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

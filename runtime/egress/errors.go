@@ -8,7 +8,7 @@ import (
 
 var (
 	// ErrInvalidRule is wrapped by ParseRule and ParsePolicy errors for a
-	// rule string that is not host[:ports][!private].
+	// rule string that is not host[:ports][!private][!tcp].
 	ErrInvalidRule = profiles.ErrInvalidEgressRule
 	// ErrWiden is returned by Policy.Within for a request that asks for
 	// more than the policy it must stay inside.

@@ -8,9 +8,12 @@
 // The proxy resolves names itself and connects only to the addresses it
 // resolved and checked: loopback, private, link-local, CGNAT and metadata
 // addresses are refused unless a rule names them (an IP or CIDR rule, or a
-// host rule marked !private). A CONNECT tunnel's TLS ClientHello must carry
-// the SNI of the CONNECT host. Every allowed and denied connection is
-// audited, with a per-sandbox cap so a flood cannot fill the audit log.
+// host rule marked !private). A CONNECT tunnel carries TLS only: its first
+// bytes must be a ClientHello with the SNI of the CONNECT host, within
+// HelloTimeout, unless the rule is marked !tcp. Plain HTTP goes as proxy
+// requests with an absolute http:// URI, whose Host header must agree with
+// it. Every allowed and denied connection is audited, with a per-sandbox
+// cap so a flood cannot fill the audit log.
 //
 // Policies are pure data and live in profiles (so the config is checked
 // when it loads); this package re-exports them: ParsePolicy reads config
@@ -32,11 +35,15 @@ type Policy = profiles.EgressPolicy
 // None is the policy string of the zero Policy.
 const None = profiles.EgressNone
 
-// DefaultPorts are the ports of a rule that names none (80 and 443).
-var DefaultPorts = profiles.DefaultEgressPorts
+// Default ports of a rule that names none: 443 for a name, 80 and 443
+// for an IP or a CIDR.
+var (
+	DefaultNamePorts = profiles.DefaultEgressNamePorts
+	DefaultAddrPorts = profiles.DefaultEgressAddrPorts
+)
 
 // ParseRule parses one rule: "pypi.org", "*.pythonhosted.org:443",
-// "10.0.0.0/8:5432", "[::1]:8080", "db.internal:5432!private".
+// "10.0.0.0/8:5432", "[::1]:8080", "db.internal:5432!private!tcp".
 func ParseRule(s string) (Rule, error) { return profiles.ParseEgressRule(s) }
 
 // ParsePolicy parses rule strings; a lone "none", or none at all, is the

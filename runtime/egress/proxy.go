@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
@@ -83,13 +85,10 @@ type Options struct {
 	// MaxHeaderBytes caps a request's line and headers.
 	MaxHeaderBytes int
 	// Timeouts of each phase: reading the request, resolving, connecting,
-	// the first bytes of a tunnel (the TLS ClientHello), and a connection
-	// with no traffic either way.
+	// a tunnel's TLS ClientHello (all of it, from the 200 answer on,
+	// however slowly it comes), and a connection with no traffic either
+	// way.
 	HeaderTimeout, ResolveTimeout, DialTimeout, HelloTimeout, IdleTimeout time.Duration
-	// TLSPorts are the ports whose tunnels must start with a TLS
-	// ClientHello (nil: 443). On any port, a ClientHello must carry the
-	// CONNECT host as its SNI.
-	TLSPorts []int
 	// MaxAudited caps the allow and the deny events audited one by one per
 	// socket; later ones are counted, and the counts audited at Close.
 	MaxAudited int
@@ -109,9 +108,6 @@ func (o Options) withDefaults() Options {
 		if *v <= 0 {
 			*v = d
 		}
-	}
-	if o.TLSPorts == nil {
-		o.TLSPorts = []int{443}
 	}
 	def(&o.MaxTunnels, DefaultMaxTunnels)
 	def(&o.MaxHeaderBytes, DefaultMaxHeaderBytes)
@@ -350,8 +346,11 @@ type event struct {
 	method, host string
 	port         int
 	addr         string // the address connected to
-	rule         string // the rule that allowed the host
+	rule         string // the rule that allowed the connection
 	reason       string // why it was denied
+	// rules are the rules that allow the connection to addr (connect sets
+	// them); a tunnel is raw when one of them is !tcp.
+	rules []Rule
 }
 
 func (l *Listener) audit(allowed bool, e event) {
@@ -419,8 +418,8 @@ func (l *Listener) handle(c net.Conn) {
 		c.Close()
 	}()
 	o := l.p.opts
-	_ = c.SetReadDeadline(time.Now().Add(o.HeaderTimeout))
-	lim := &headerLimit{r: c, n: o.MaxHeaderBytes}
+	cr := &clientReader{c: c, deadline: time.Now().Add(o.HeaderTimeout)}
+	lim := &headerLimit{r: cr, n: o.MaxHeaderBytes}
 	br := bufio.NewReaderSize(lim, 4<<10)
 	req, err := http.ReadRequest(br)
 	if err != nil {
@@ -438,10 +437,15 @@ func (l *Listener) handle(c net.Conn) {
 		return
 	}
 	lim.n = -1 // the body and the tunnel are not headers
-	lim.r = &idleReader{c: c, timeout: o.IdleTimeout}
+	// A proxy request's body streams through cr: a client that stops
+	// sending is cut off after IdleTimeout, one that keeps sending is not.
+	cr.deadline, cr.idle = time.Time{}, o.IdleTimeout
 	e := event{method: req.Method}
 	host, port, err := target(req)
 	e.host, e.port = host, port
+	if err == nil && req.Method != http.MethodConnect {
+		err = checkHostHeader(lim.head, host, port)
+	}
 	if err != nil {
 		e.reason = err.Error()
 		l.deny(c, e, http.StatusBadRequest)
@@ -454,17 +458,18 @@ func (l *Listener) handle(c net.Conn) {
 	}
 	defer up.Close()
 	if req.Method == http.MethodConnect {
-		l.tunnel(c, br, up, e)
+		l.tunnel(c, br, cr, up, e)
 	} else {
 		l.forward(c, req, up, e)
 	}
 }
 
 // headerLimit fails reads past n bytes while n >= 0 (the request's
-// headers); n < 0 lifts it.
+// headers), and keeps what it read then in head; n < 0 lifts both.
 type headerLimit struct {
-	r io.Reader
-	n int
+	r    io.Reader
+	n    int
+	head []byte // the bytes read while n >= 0: the request's line and headers (and perhaps more)
 }
 
 func (h *headerLimit) Read(p []byte) (int, error) {
@@ -479,20 +484,25 @@ func (h *headerLimit) Read(p []byte) (int, error) {
 	}
 	n, err := h.r.Read(p)
 	h.n -= n
+	h.head = append(h.head, p[:n]...)
 	return n, err
 }
 
 // target is the host (canonical: a lower-case name or an IP) and port a
 // request asks for.
 func target(req *http.Request) (string, int, error) {
-	hostport := req.Host
-	defPort := 0
-	if req.Method != http.MethodConnect {
-		if !req.URL.IsAbs() || req.URL.Scheme != "http" {
-			return "", 0, fmt.Errorf("a proxy request needs an absolute http:// URI, or CONNECT host:port for anything else (got %.100q)", req.RequestURI)
-		}
-		hostport, defPort = req.URL.Host, 80
+	if req.Method == http.MethodConnect {
+		return splitTarget(req.Host, 0)
 	}
+	if !req.URL.IsAbs() || req.URL.Scheme != "http" {
+		return "", 0, fmt.Errorf("a proxy request needs an absolute http:// URI, or CONNECT host:port for anything else (got %.100q)", req.RequestURI)
+	}
+	return splitTarget(req.URL.Host, 80)
+}
+
+// splitTarget splits host[:port] (port defPort when missing and defPort is
+// not 0) into the canonical host and the port.
+func splitTarget(hostport string, defPort int) (string, int, error) {
 	h, p, err := net.SplitHostPort(hostport)
 	if err != nil && defPort != 0 {
 		h, p, err = strings.Trim(hostport, "[]"), strconv.Itoa(defPort), nil
@@ -517,18 +527,44 @@ func target(req *http.Request) (string, int, error) {
 	return name, port, nil
 }
 
+// checkHostHeader refuses a proxy request whose Host headers (in head,
+// the raw request, read again with the parser http.ReadRequest uses, which
+// drops them) name another host or port than its absolute URI. Upstream
+// gets the URI's host, the one the policy checked, either way; a request
+// that names two is refused rather than guessed at.
+func checkHostHeader(head []byte, host string, port int) error {
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	if _, err := tp.ReadLine(); err != nil {
+		return fmt.Errorf("reading the request line again: %w", err)
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return fmt.Errorf("reading the headers again: %w", err)
+	}
+	for _, v := range h.Values("Host") {
+		hh, hp, err := splitTarget(v, 80)
+		if err != nil || hh != host || hp != port {
+			return fmt.Errorf("the Host header %.100q does not name the request URI's host %s: the request is sent to the URI's host with it as Host, so the two must agree",
+				v, net.JoinHostPort(host, strconv.Itoa(port)))
+		}
+	}
+	return nil
+}
+
 // connect checks the policy, resolves the host and connects to the first
-// permitted address that answers. On failure it returns nil, the status to
-// answer with, and e.reason set.
+// permitted address that answers; e.rules are the rules that allow the
+// connection to it. On failure it returns nil, the status to answer with,
+// and e.reason set.
 func (l *Listener) connect(e *event) (net.Conn, int) {
 	o := l.p.opts
 	pol := l.Policy()
-	rule, ok := pol.AllowsHost(e.host, e.port)
-	if !ok {
+	rules := pol.RulesFor(e.host, e.port)
+	if len(rules) == 0 {
 		e.reason = fmt.Sprintf("%s is not allowed by this sandbox's egress policy (%s)", net.JoinHostPort(e.host, strconv.Itoa(e.port)), describe(pol))
 		return nil, http.StatusForbidden
 	}
-	e.rule = rule.String()
+	private := slices.DeleteFunc(slices.Clone(rules), func(r Rule) bool { return !r.Private })
+	e.rule = rules[0].String()
 	ctx, cancel := context.WithTimeout(l.ctx, o.ResolveTimeout)
 	addrs, err := l.resolve(ctx, e.host)
 	cancel()
@@ -541,7 +577,7 @@ func (l *Listener) connect(e *event) (net.Conn, int) {
 	for _, a := range addrs {
 		a = a.Unmap()
 		r := specialReason(a)
-		if r == "" || rule.Private || pol.AllowsAddr(a, e.port) {
+		if r == "" || len(private) > 0 || pol.AllowsAddr(a, e.port) {
 			ok2 = append(ok2, a)
 		} else {
 			why = append(why, fmt.Sprintf("%s (%s)", a, r))
@@ -560,7 +596,11 @@ func (l *Listener) connect(e *event) (net.Conn, int) {
 		c, err := d.DialContext(dctx, "tcp", netip.AddrPortFrom(a, uint16(e.port)).String())
 		cancel()
 		if err == nil {
-			e.addr = a.String()
+			e.addr, e.rules = a.String(), rules
+			if specialReason(a) != "" && !pol.AllowsAddr(a, e.port) {
+				e.rules = private // only a !private rule reaches it
+			}
+			e.rule = e.rules[0].String()
 			return c, 0
 		}
 		errs = append(errs, err)
@@ -597,18 +637,37 @@ func trimDNSError(err error) error {
 	return err
 }
 
-// tunnel answers a CONNECT, checks the first bytes the client sends (a TLS
-// ClientHello must name the CONNECT host; port 443 must carry TLS), then
-// pipes both ways.
-func (l *Listener) tunnel(c net.Conn, br *bufio.Reader, up net.Conn, e event) {
+// tunnel answers a CONNECT and pipes both ways. Unless a rule of the
+// connection is !tcp, nothing moves either way until the client's first
+// bytes, read within HelloTimeout, have proved to be a TLS ClientHello
+// naming the CONNECT host (see checkHello).
+func (l *Listener) tunnel(c net.Conn, br *bufio.Reader, cr *clientReader, up net.Conn, e event) {
 	o := l.p.opts
 	_ = c.SetWriteDeadline(time.Now().Add(o.HeaderTimeout))
 	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
 	_ = c.SetWriteDeadline(time.Time{})
-	// The server's bytes may flow at once (protocols where it speaks
-	// first); the client's wait for the check.
+	var head []byte
+	if i := slices.IndexFunc(e.rules, func(r Rule) bool { return r.RawTCP }); i >= 0 {
+		e.rule = e.rules[i].String() // any protocol: the bytes go unread
+	} else {
+		// A deadline of its own, which the reads cannot push out: a
+		// client dribbling a byte at a time gets no longer than one that
+		// sends nothing.
+		cr.deadline = time.Now().Add(o.HelloTimeout)
+		var reason string
+		head, reason = checkHello(br, e.host, o.HelloTimeout)
+		if reason != "" {
+			e.reason = reason
+			l.deny(c, e, 0)
+			return
+		}
+	}
+	// From here idle.copy keeps the client's read deadline.
+	cr.deadline, cr.idle = time.Time{}, 0
+	l.audit(true, e)
+	l.p.opts.Logger.Debug("egress: tunnel", "sandbox", l.who.SandboxID, "host", e.host, "port", e.port, "address", e.addr, "rule", e.rule)
 	idle := newIdle(o.IdleTimeout)
 	down := make(chan struct{})
 	go func() {
@@ -616,17 +675,7 @@ func (l *Listener) tunnel(c net.Conn, br *bufio.Reader, up net.Conn, e event) {
 		idle.copy(c, up, up)
 		_ = c.(*net.UnixConn).CloseWrite()
 	}()
-	_ = c.SetReadDeadline(time.Now().Add(o.HelloTimeout))
-	head, reason := checkHello(br, e.host, e.port, slices.Contains(o.TLSPorts, e.port))
-	if reason != "" {
-		e.reason = reason
-		l.deny(c, e, 0)
-		up.Close()
-		<-down
-		return
-	}
-	l.audit(true, e)
-	l.p.opts.Logger.Debug("egress: tunnel", "sandbox", l.who.SandboxID, "host", e.host, "port", e.port, "address", e.addr)
+	_ = up.SetWriteDeadline(time.Now().Add(o.IdleTimeout))
 	if _, err := up.Write(head); err == nil {
 		idle.copy(up, br, c)
 	}
@@ -651,8 +700,6 @@ func (l *Listener) forward(c net.Conn, req *http.Request, up net.Conn, e event) 
 	req.RequestURI = ""
 	req.Close = true
 	idle := newIdle(l.p.opts.IdleTimeout)
-	// The body streams from c through an idleReader: a client that stops
-	// sending is cut off after IdleTimeout, one that keeps sending is not.
 	up = &idleWriter{Conn: up, timeout: l.p.opts.IdleTimeout}
 	if err := req.Write(up); err != nil {
 		writeStatus(c, http.StatusBadGateway, "forge egress: sending the request upstream: "+err.Error())
@@ -661,29 +708,47 @@ func (l *Listener) forward(c net.Conn, req *http.Request, up net.Conn, e event) 
 	idle.copy(c, up, up)
 }
 
-// checkHello reads the tunnel's first bytes. A TLS ClientHello must carry
-// an SNI equal to host (for an IP host, none, or the IP); anything else on
-// a TLS port (Options.TLSPorts) is refused. It returns the bytes read, to send upstream first,
-// or why the tunnel is refused.
-func checkHello(br *bufio.Reader, host string, port int, tlsOnly bool) ([]byte, string) {
-	first, err := br.Peek(1)
+// TLS record and handshake framing (RFC 8446 5.1, 4).
+const (
+	recordTypeHandshake  = 0x16
+	handshakeClientHello = 0x01
+	recordHeaderLen      = 5
+	handshakeHeaderLen   = 4
+	maxRecordLen         = 1 << 14
+)
+
+// checkHello reads a tunnel's first bytes: they must be a TLS handshake
+// record (type 0x16, version 3.x, a length a record can have) whose
+// handshake message is a ClientHello (type 1) of at most maxHello bytes,
+// and crypto/tls must decode that hello, with an SNI equal to host (for
+// an IP host, none, or the IP). Anything else (plain HTTP, with a leading
+// CRLF or any method, SSH, a server-speaks-first protocol waiting for the
+// server) is refused: the allowlist names hosts, and only a ClientHello
+// says which host the bytes are for. The caller's read deadline bounds the
+// whole read; timeout is what it was, for the reason. It returns every
+// byte read, to send upstream first, or why the tunnel is refused.
+func checkHello(br *bufio.Reader, host string, timeout time.Duration) ([]byte, string) {
+	// Byte by byte, so a wrong one is refused when it comes, not when
+	// enough others have.
+	var hdr []byte
+	var err error
+	for n := 1; n <= recordHeaderLen+handshakeHeaderLen && err == nil; n++ {
+		hdr, err = br.Peek(n)
+		if why := helloHeader(hdr); why != "" {
+			return nil, fmt.Sprintf("the tunnel does not start with a TLS ClientHello (%s; first bytes %s): a tunnel carries TLS only unless its rule is marked !tcp; send plain http:// requests as proxy requests (HTTP_PROXY), whose Host is checked",
+				why, quoteStart(br))
+		}
+	}
 	switch {
-	case err != nil && isTimeout(err) && !tlsOnly:
-		return nil, "" // a protocol where the server speaks first
+	case err != nil && isTimeout(err):
+		return nil, fmt.Sprintf("no TLS ClientHello within %s of the tunnel's opening (got %d bytes)", timeout, len(hdr))
 	case err != nil:
-		return nil, fmt.Sprintf("tunnel closed before the client's first bytes: %v", err)
-	case first[0] != recordTypeHandshake && tlsOnly:
-		return nil, fmt.Sprintf("tunnel to TLS port %d that does not start with a TLS ClientHello", port)
-	case first[0] != recordTypeHandshake && looksLikeHTTP(br):
-		// Its Host header could name another site behind the same address
-		// (a shared frontend): plain HTTP goes as a proxy request, whose
-		// Host is the checked one.
-		return nil, "plain HTTP inside a CONNECT tunnel; send http:// URLs as proxy requests (HTTP_PROXY), whose Host is checked"
-	case first[0] != recordTypeHandshake:
-		return nil, ""
+		return nil, fmt.Sprintf("tunnel closed before a TLS ClientHello (got %d bytes): %v", len(hdr), err)
 	}
 	sni, head, err := readClientHello(br)
 	switch {
+	case err != nil && isTimeout(err):
+		return nil, fmt.Sprintf("no complete TLS ClientHello within %s of the tunnel's opening", timeout)
 	case err != nil:
 		return nil, "unreadable TLS ClientHello: " + err.Error()
 	case sni == "" && !isIP(host):
@@ -694,21 +759,45 @@ func checkHello(br *bufio.Reader, host string, port int, tlsOnly bool) ([]byte, 
 	return head, ""
 }
 
-// httpMethods start the request lines looksLikeHTTP refuses in a tunnel.
-var httpMethods = []string{"GET ", "HEAD ", "POST ", "PUT ", "DELETE ", "CONNECT ", "OPTIONS ", "TRACE ", "PATCH "}
-
-// looksLikeHTTP reports whether the tunnel's first bytes start an HTTP/1
-// request line. It waits for 8 bytes (within the hello timeout already
-// set); a client that sends fewer, slowly, is judged on what it sent, so
-// trickling "G", "ET " does not pass.
-func looksLikeHTTP(br *bufio.Reader) bool {
-	b, _ := br.Peek(8)
-	for _, m := range httpMethods {
-		if n := min(len(b), len(m)); n > 0 && string(b[:n]) == m[:n] {
-			return true
+// helloHeader says what in b, the first bytes of a record (all of them or
+// fewer), is not the start of a TLS record carrying a ClientHello, or ""
+// when nothing is wrong so far.
+func helloHeader(b []byte) string {
+	at := func(i int) (byte, bool) {
+		if i < len(b) {
+			return b[i], true
+		}
+		return 0, false
+	}
+	if v, ok := at(0); ok && v != recordTypeHandshake {
+		return fmt.Sprintf("record type 0x%02x, not handshake (0x16)", v)
+	}
+	if v, ok := at(1); ok && v != 3 {
+		return fmt.Sprintf("record version major %d, not 3", v)
+	}
+	if v, ok := at(2); ok && v > 4 {
+		return fmt.Sprintf("record version 3.%d, not 3.0-3.4", v)
+	}
+	if len(b) >= recordHeaderLen {
+		if n := int(b[3])<<8 | int(b[4]); n < handshakeHeaderLen || n > maxRecordLen {
+			return fmt.Sprintf("record length %d, not %d-%d", n, handshakeHeaderLen, maxRecordLen)
 		}
 	}
-	return false
+	if v, ok := at(5); ok && v != handshakeClientHello {
+		return fmt.Sprintf("handshake type %d, not ClientHello (1)", v)
+	}
+	if len(b) >= recordHeaderLen+handshakeHeaderLen {
+		if n := int(b[6])<<16 | int(b[7])<<8 | int(b[8]); n == 0 || n > maxHello {
+			return fmt.Sprintf("ClientHello length %d, not 1-%d", n, maxHello)
+		}
+	}
+	return ""
+}
+
+// quoteStart quotes the first bytes buffered in br, for a reason.
+func quoteStart(br *bufio.Reader) string {
+	b, _ := br.Peek(min(br.Buffered(), 16))
+	return fmt.Sprintf("%q", b)
 }
 
 func isIP(h string) bool {
@@ -728,14 +817,25 @@ func clip(s string, n int) string {
 	return s
 }
 
-// idleReader reads from c with a read deadline IdleTimeout ahead of each read.
-type idleReader struct {
-	c       net.Conn
-	timeout time.Duration
+// clientReader reads the client's connection under the read deadline of
+// the phase the connection is in: a fixed one (the request's headers, a
+// tunnel's ClientHello: it holds however the bytes are dribbled), else
+// idle ahead of each read (a proxy request's body), else none of its own
+// (a tunnel's pipe, where idle.copy sets it). Only the connection's
+// handler reads and changes it.
+type clientReader struct {
+	c        net.Conn
+	deadline time.Time
+	idle     time.Duration
 }
 
-func (r *idleReader) Read(p []byte) (int, error) {
-	_ = r.c.SetReadDeadline(time.Now().Add(r.timeout))
+func (r *clientReader) Read(p []byte) (int, error) {
+	switch {
+	case !r.deadline.IsZero():
+		_ = r.c.SetReadDeadline(r.deadline)
+	case r.idle > 0:
+		_ = r.c.SetReadDeadline(time.Now().Add(r.idle))
+	}
 	return r.c.Read(p)
 }
 

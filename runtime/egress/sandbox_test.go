@@ -78,11 +78,6 @@ func newEnv(t testing.TB) *env {
 	return e
 }
 
-// withTLSPort makes the proxy treat port like 443: its tunnels must be TLS.
-func (e *env) withTLSPort(port int) {
-	e.proxy = egress.New(egress.Options{Audit: e.log, HelloTimeout: 3 * time.Second, TLSPorts: []int{443, port}})
-}
-
 func port(t testing.TB, u string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://"))
@@ -255,10 +250,9 @@ print(json.dumps(r))
 // TestSNIMismatch: a CONNECT to an allowed host whose TLS ClientHello
 // names another server (domain fronting, or a tunnel to a host that shares
 // an address) is refused, as is one without SNI and a plain-text tunnel to
-// port 443.
+// a TLS server or to a plain-HTTP one.
 func TestSNIMismatch(t *testing.T) {
 	e := newEnv(t)
-	e.withTLSPort(e.sp) // as 443: a test cannot count on listening there
 	e.setPolicy(t, fmt.Sprintf("localhost:%d!private", e.sp), fmt.Sprintf("localhost:%d!private", e.hp))
 	out := e.run(t, fmt.Sprintf(`
 import json, os, socket, ssl
@@ -307,15 +301,118 @@ print(json.dumps(r))
 		t.Errorf("plain HTTP in a tunnel (its Host header unchecked): %q, want the tunnel closed", r["plain_http"])
 	}
 	denies := e.events(t, audit.EventEgressDeny)
-	for _, want := range []string{`TLS SNI "evil.example" does not match the CONNECT host localhost`,
-		"TLS ClientHello without SNI", fmt.Sprintf("tunnel to TLS port %d that does not start with a TLS ClientHello", e.sp), "plain HTTP inside a CONNECT tunnel"} {
+	for _, want := range []struct {
+		port   int
+		reason string
+	}{{e.sp, `TLS SNI "evil.example" does not match the CONNECT host localhost`}, {e.sp, "TLS ClientHello without SNI"},
+		{e.sp, "the tunnel does not start with a TLS ClientHello"}, {e.hp, "the tunnel does not start with a TLS ClientHello"}} {
 		found := false
 		for _, ev := range denies {
-			found = found || strings.Contains(ev.Reason, want)
+			found = found || ev.Fields["port"] == float64(want.port) && strings.Contains(ev.Reason, want.reason)
 		}
 		if !found {
-			t.Errorf("no egress.deny with %q in %+v", want, denies)
+			t.Errorf("no egress.deny for port %d with %q in %+v", want.port, want.reason, denies)
 		}
+	}
+}
+
+// TestTunnelAttacks: code in a sandbox opens a CONNECT tunnel to a name
+// its policy allows and sends what is not a TLS ClientHello: plain HTTP
+// led by a CRLF (past a check of the first bytes for a method), a method
+// no list has, another protocol, and nothing at all while the server
+// would speak. Each tunnel is closed without a byte reaching the server
+// (it counts what it got) or coming back, and audited; a rule marked !tcp
+// lets the same bytes through.
+func TestTunnelAttacks(t *testing.T) {
+	e := newEnv(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.Write([]byte("220 target speaks first\r\n"))
+				_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+				b, _ := io.ReadAll(c)
+				got <- string(b)
+			}()
+		}
+	}()
+	tp := ln.Addr().(*net.TCPAddr).Port
+	raw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "raw ok") }))
+	defer raw.Close()
+	rp := port(t, raw.URL)
+	e.setPolicy(t, fmt.Sprintf("localhost:%d!private", tp), fmt.Sprintf("localhost:%d!private!tcp", rp))
+	out := e.run(t, fmt.Sprintf(`
+import json, os, socket
+port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+def tunnel(target, data):
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s.sendall(("CONNECT %%s HTTP/1.1\r\nHost: %%s\r\n\r\n" %% (target, target)).encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        head += s.recv(1)
+    if b" 200 " not in head:
+        return "refused: %%r" %% head
+    s.settimeout(6)  # the proxy's hello timeout is 3 s
+    s.sendall(data)
+    back = b""
+    try:
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            back += b
+    except OSError as e:
+        return "error %%s after %%r" %% (type(e).__name__, back)
+    return "closed after %%r" %% back
+r = {
+    "crlf_get": tunnel("localhost:%[1]d", b"\r\nGET / HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+    "propfind": tunnel("localhost:%[1]d", b"PROPFIND / HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+    "smtp": tunnel("localhost:%[1]d", b"EHLO sandbox\r\n"),
+    "silent": tunnel("localhost:%[1]d", b""),
+    "raw_rule": tunnel("localhost:%[2]d", b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"),
+}
+print(json.dumps(r))
+`, tp, rp))
+	var r map[string]string
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, k := range []string{"crlf_get", "propfind", "smtp", "silent"} {
+		if r[k] != "closed after b''" {
+			t.Errorf("%s: %q, want the tunnel closed with nothing from the target", k, r[k])
+		}
+	}
+	if !strings.Contains(r["raw_rule"], "raw ok") {
+		t.Errorf("raw_rule: %q, want the server's answer through a !tcp rule's tunnel", r["raw_rule"])
+	}
+	for i := 0; i < 4; i++ {
+		select {
+		case b := <-got:
+			if b != "" {
+				t.Errorf("the target received %q, want nothing", b)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("the target saw %d of 4 connections", i)
+		}
+	}
+	n := 0
+	for _, ev := range e.events(t, audit.EventEgressDeny) {
+		if ev.Fields["port"] == float64(tp) && (strings.Contains(ev.Reason, "does not start with a TLS ClientHello") || strings.Contains(ev.Reason, "no TLS ClientHello within 3s")) {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d tunnels to port %d denied in the audit, want 4", n, tp)
 	}
 }
 
@@ -408,7 +505,7 @@ for h in held:
 denied = []
 for i in range(20):
     s = conn()
-    s.sendall(b"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.sendall(b"GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n")
     denied.append(status(s))
     s.close()
 r["denied"] = sorted(set(denied))

@@ -10,8 +10,6 @@ import (
 	"time"
 )
 
-const recordTypeHandshake = 0x16
-
 var errHelloRead = errors.New("hello read")
 
 // readClientHello reads a TLS ClientHello from r (at most maxHello bytes)
