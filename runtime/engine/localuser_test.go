@@ -3,8 +3,6 @@ package engine_test
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -81,63 +79,15 @@ sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 const systemPython = "/usr/bin/python3"
 
 // localUser creates a user with useradd, which also gives it the next free
-// subordinate uid and gid ranges; the user and its entries are removed
-// when the test ends, also when it fails.
+// subordinate uid and gid ranges (testutil.LocalAccount).
 func localUser(t *testing.T) (name string, uid, gid int) {
 	t.Helper()
 	testutil.RequiresRoot(t)
-	for _, tool := range []string{"useradd", "userdel", "newuidmap", "newgidmap", "setpriv", systemPython} {
+	for _, tool := range []string{"newuidmap", "newgidmap", systemPython} {
 		_, err := exec.LookPath(tool)
-		testutil.Require(t, err == nil, tool+" missing (Debian packages passwd, uidmap, util-linux, python3)")
+		testutil.Require(t, err == nil, tool+" missing (Debian packages uidmap, python3)")
 	}
-	var b [3]byte
-	rand.Read(b[:])
-	name = "forgeatk" + hex.EncodeToString(b[:])
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", "--force", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-		for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
-			if err := dropLines(f, name+":"); err != nil {
-				t.Errorf("removing %s from %s: %v", name, f, err)
-			}
-		}
-	})
-	out, err := exec.Command("id", "-u", name).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
-	out, err = exec.Command("id", "-g", name).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
-	return name, uid, gid
-}
-
-// dropLines removes the lines starting with prefix (userdel normally has).
-func dropLines(path, prefix string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var keep []string
-	changed := false
-	for _, l := range strings.SplitAfter(string(b), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			changed = true
-			continue
-		}
-		keep = append(keep, l)
-	}
-	if !changed {
-		return nil
-	}
-	return os.WriteFile(path, []byte(strings.Join(keep, "")), 0o644)
+	return testutil.LocalAccount(t, "forgeatk")
 }
 
 // subRanges reads name:start:count lines.

@@ -3,8 +3,6 @@ package stress
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -112,56 +110,13 @@ func httpDo(t *testing.T, method, url, body, token string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// otherAccount creates a local account with useradd (no home, no shell),
-// removed when the test ends.
+// otherAccount creates a local account, removed when the test ends.
 func otherAccount(t *testing.T) (uid, gid int) {
 	t.Helper()
-	testutil.RequiresRoot(t)
-	for _, tool := range []string{"useradd", "userdel", "setpriv", "python3"} {
-		_, err := exec.LookPath(tool)
-		testutil.Require(t, err == nil, tool+" missing (Debian packages passwd, util-linux, python3)")
-	}
-	var b [3]byte
-	rand.Read(b[:])
-	name := "forgehttp" + hex.EncodeToString(b[:])
-	if out, err := exec.Command("useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("userdel", "--force", name).CombinedOutput(); err != nil {
-			t.Errorf("userdel %s: %v: %s", name, err, out)
-		}
-		for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
-			if err := dropPrefixed(f, name+":"); err != nil {
-				t.Errorf("removing %s from %s: %v", name, f, err)
-			}
-		}
-	})
-	for _, f := range []struct {
-		flag string
-		dst  *int
-	}{{"-u", &uid}, {"-g", &gid}} {
-		out, err := exec.Command("id", f.flag, name).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		*f.dst, _ = strconv.Atoi(strings.TrimSpace(string(out)))
-	}
+	_, err := exec.LookPath("python3")
+	testutil.Require(t, err == nil, "python3 missing")
+	_, uid, gid = testutil.LocalAccount(t, "forgehttp")
 	return uid, gid
-}
-
-func dropPrefixed(path, prefix string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var keep []string
-	for _, l := range strings.SplitAfter(string(b), "\n") {
-		if !strings.HasPrefix(l, prefix) {
-			keep = append(keep, l)
-		}
-	}
-	return os.WriteFile(path, []byte(strings.Join(keep, "")), 0o644)
 }
 
 // asAccount runs a Python script as uid:gid (no groups) with args and
