@@ -180,8 +180,8 @@ func TestExecuteReal(t *testing.T) {
 		{"image not allowed", map[string]any{"code": "1", "custom_image": "docker.io/library/python:3.12"}, "not allowed"},
 		{"image missing", map[string]any{"code": "1", "custom_image": "forge/nope:1"}, "image not found"},
 		{"code too large", map[string]any{"code": "#" + strings.Repeat("x", 1<<20)}, "execution.max_code_size"},
-		{"egress widened", map[string]any{"code": "1", "egress": []string{"pypi.org:443"}},
-			"pypi.org:443 not allowed by the profile's egress (execution.egress), which allows no egress (none); a request may only narrow it"},
+		{"egress widened", map[string]any{"code": "1", "egress": []string{"pypi.org:80"}},
+			"pypi.org:80 not allowed by the profile's egress (execution.egress), which allows no egress (none); a request may only narrow it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := call(t, c, tc.args)

@@ -19,8 +19,8 @@ import (
 func TestTenantEgressNarrowsProfile(t *testing.T) {
 	stub := newStub()
 	stub.cfg.Execution.Egress = []string{"pypi.org:443", "*.example.com:443"}
-	stub.cfg.Server.Tenants.Default.Egress = []string{"pypi.org"}
-	stub.cfg.Server.Tenants.Overrides = map[string]profiles.TenantLimits{"wide": {Egress: []string{"*.example.com"}}}
+	stub.cfg.Server.Tenants.Default.Egress = []string{"pypi.org:80,443"}
+	stub.cfg.Server.Tenants.Overrides = map[string]profiles.TenantLimits{"wide": {Egress: []string{"*.example.com:80,443"}}}
 	s := New(stub, Options{Tenants: tenant.New(stub.cfg.Server.Tenants)})
 	as := func(name string) context.Context {
 		return withPrincipal(context.Background(), auth.Identity{Tenant: name}.Principal())
@@ -45,11 +45,11 @@ func TestTenantEgressNarrowsProfile(t *testing.T) {
 		want    string
 		wantErr string
 	}{
-		{"tenant default", as("alice"), nil, "pypi.org:443", ""},
+		{"tenant default", as("alice"), nil, "pypi.org", ""}, // 443 only: a name rule's default
 		{"request narrows to none", as("alice"), &egress.Policy{}, "", ""},
 		{"request widens past the tenant", as("alice"), new(egress.MustParse("api.example.com:443")), "", "server.tenants.default.egress"},
-		{"override", as("wide"), nil, "*.example.com:443", ""},
-		{"override narrowed", as("wide"), new(egress.MustParse("api.example.com:443")), "api.example.com:443", ""},
+		{"override", as("wide"), nil, "*.example.com", ""},
+		{"override narrowed", as("wide"), new(egress.MustParse("api.example.com:443")), "api.example.com", ""},
 		{"local user: the profile's", context.Background(), nil, "<profile's>", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
