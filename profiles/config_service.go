@@ -170,4 +170,3 @@ func (c *Config) MaxMCPBody() int64 {
 	}
 	return 2*payload + 64<<10
 }
-
