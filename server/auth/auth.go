@@ -28,6 +28,8 @@ type Identity struct {
 	Tenant  string
 	Scopes  []string
 	TokenID string // "" for a token from the configuration
+	// Local: the local token (LocalToken), which acts as the local user.
+	Local bool
 }
 
 // Has reports whether the identity carries scope (admin carries every scope).
@@ -35,8 +37,13 @@ func (id Identity) Has(scope string) bool {
 	return slices.Contains(id.Scopes, scope) || slices.Contains(id.Scopes, profiles.ScopeAdmin)
 }
 
-// Principal is the engine principal of the identity's tenant.
+// Principal is the engine principal of the identity's tenant; the local
+// token's is the local user's (engine.LocalPrincipal), as over stdio: whoever
+// can read the token file is the account forge runs as.
 func (id Identity) Principal() engine.Principal {
+	if id.Local {
+		return engine.LocalPrincipal
+	}
 	return engine.Principal{Tenant: TenantPrefix + id.Tenant}
 }
 
@@ -100,7 +107,7 @@ func (a *Authenticator) Authenticate(header string) (Identity, error) {
 	}
 	for _, t := range candidates {
 		if subtle.ConstantTimeCompare([]byte(t.SHA256), []byte(h)) == 1 {
-			return Identity{Tenant: t.Tenant, Scopes: t.Scopes, TokenID: t.ID}, nil
+			return Identity{Tenant: t.Tenant, Scopes: t.Scopes, TokenID: t.ID, Local: t.Source == sourceLocal}, nil
 		}
 	}
 	return Identity{}, ErrBadToken

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/engine"
 )
 
 func TestStoreKeepsOnlyHashes(t *testing.T) {
@@ -98,5 +99,45 @@ func TestConfiguredTokens(t *testing.T) {
 	none, _ := NewAuthenticator(OpenStore(t.TempDir()), nil)
 	if none.Enabled() {
 		t.Errorf("no tokens anywhere, yet auth is on")
+	}
+}
+
+// TestLocalToken: the local token is made once (0600), reused, refused when
+// others could know it, and acts as the local user; a configured token of a
+// tenant named "local" does not.
+func TestLocalToken(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state", LocalFileName)
+	tok, made, err := LocalToken(path)
+	if err != nil || !made || len(tok) < 64 {
+		t.Fatalf("LocalToken: %q, %v, %v", tok, made, err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("%s: %v, %v; want mode 0600", path, fi.Mode(), err)
+	}
+	again, made, err := LocalToken(path)
+	if err != nil || made || again != tok {
+		t.Errorf("LocalToken again: made %v, same %v, %v; want the same token, not made", made, again == tok, err)
+	}
+	a, err := NewAuthenticator(nil, []profiles.TokenEntry{})
+	if err != nil || a.Enabled() {
+		t.Fatalf("NewAuthenticator: enabled %v, %v", a.Enabled(), err)
+	}
+	a.AddLocal(tok)
+	id, err := a.Authenticate("Bearer " + tok)
+	if err != nil || !id.Local || id.Principal() != engine.LocalPrincipal || !id.Has(profiles.ScopeAdmin) {
+		t.Errorf("the local token: %+v, principal %v, %v; want the local principal with every scope", id, id.Principal(), err)
+	}
+	if _, err := a.Authenticate("Bearer " + tok[:len(tok)-1] + "x"); !errors.Is(err, ErrBadToken) {
+		t.Errorf("a wrong token: %v", err)
+	}
+	b, _ := NewAuthenticator(nil, []profiles.TokenEntry{{Tenant: "local", Scopes: []string{"admin"}, SHA256: Hash("configured")}})
+	if id, _ := b.Authenticate("Bearer configured"); id.Local || id.Principal() == engine.LocalPrincipal {
+		t.Errorf("a configured token of tenant local acts as the local user: %+v", id)
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LocalToken(path); err == nil || !strings.Contains(err.Error(), "remove it") {
+		t.Errorf("a group-readable token file: %v, want a refusal saying to remove it", err)
 	}
 }

@@ -19,12 +19,15 @@ import (
 // the one forge makes for an HTTP listener when no token is configured.
 const LocalFileName = "http-token"
 
-// LocalTenant is the tenant of the local token: whoever can read the
-// token file, that is the account forge runs as (and root).
+// LocalTenant names the local token's holder in logs and errors: whoever
+// can read the token file, that is the account forge runs as (and root).
+// Its principal is engine.LocalPrincipal, not a tenant's: no configured
+// token can act as it.
 const LocalTenant = "local"
 
-// LocalTokenID is the TokenID of the local token's identity.
-const LocalTokenID = "local"
+// sourceLocal is the Source of the local token (stored tokens have none:
+// it is not in their JSON).
+const sourceLocal = "local"
 
 // maxLocalTokenFile bounds what is read back from the local token file.
 const maxLocalTokenFile = 4 << 10
@@ -101,6 +104,6 @@ func makeLocalToken(path string) (string, bool, error) {
 // with every scope, and turns authentication on. Call it before the
 // authenticator is used.
 func (a *Authenticator) AddLocal(token string) {
-	a.config = append(a.config, Token{ID: LocalTokenID, Tenant: LocalTenant, Scopes: []string{profiles.ScopeAdmin}, SHA256: Hash(token), Source: "local"})
+	a.config = append(a.config, Token{ID: "local", Tenant: LocalTenant, Scopes: []string{profiles.ScopeAdmin}, SHA256: Hash(token), Source: sourceLocal})
 	a.enabled = true
 }
