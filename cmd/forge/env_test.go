@@ -34,7 +34,7 @@ func TestEnvCommands(t *testing.T) {
 	t.Cleanup(func() { forge(t, "", "--config", conf, "env", "rm", name) })
 
 	code, stdout, stderr := forge(t, "", "--config", conf, "env", "build", name, "forgetestpkg==1.0")
-	if code != exitOK || !strings.Contains(stdout, "forge/custom:"+name+" built") || !strings.Contains(stderr, "[5/5]") {
+	if code != exitOK || !strings.Contains(stdout, "forge/custom:"+name+" built") || !strings.Contains(stderr, "[6/6]") {
 		t.Fatalf("env build: exit %d stdout %q stderr %q", code, stdout, stderr)
 	}
 	code, stdout, _ = forge(t, "", "--config", conf, "env", "build", name, "forgetestpkg==1.0")
