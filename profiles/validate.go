@@ -59,6 +59,7 @@ func (c *Config) Validate() error {
 	c.validatePool(&p)
 	c.validateHosted(&p)
 	c.validateSandbox(&p)
+	c.validateE2B(&p)
 	c.validateProfiles(&p)
 	return errors.Join(p...)
 }

@@ -101,7 +101,19 @@ func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Con
 	mux := http.NewServeMux()
 	mux.Handle(EndpointPath, s.precheckHTTP(p, mcpHTTP))
 	s.mountService(mux)
-	return s.guard(s.authenticate(p, s.newBodyLimits().wrap(mux))), mcpHTTP.Shutdown
+	var next http.Handler = mux
+	if h := s.e2bFace(); h != nil {
+		// The E2B face's requests (by path and header) authenticate
+		// themselves (X-API-KEY, X-Access-Token); see authenticate.
+		next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if h.Owns(r) {
+				h.ServeHTTP(w, r)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
+	}
+	return s.guard(s.authenticate(p, s.newBodyLimits().wrap(next))), mcpHTTP.Shutdown
 }
 
 // ServeHTTP serves the HTTP transport on ln until ctx is cancelled, then
@@ -129,6 +141,9 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 	}
 	grace := s.shutdownGrace()
 	s.beginDrain(grace)
+	if s.e2b != nil {
+		defer s.e2b.Close()
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), grace+5*time.Second)
 	defer cancel()
 	_ = closeStreams(sctx) // only ends SSE streams: nothing to report

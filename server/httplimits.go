@@ -37,6 +37,9 @@ type bodyLimits struct {
 	mcp, rest int64 // the largest body of POST /mcp and of /api/v1
 	budget    *semaphore.Weighted
 	size      int64 // the budget's size
+	// e2b: the E2B face owns the request (its bodies are bounded by
+	// rest plus a multipart envelope's room).
+	e2b func(*http.Request) bool
 }
 
 func (s *Server) newBodyLimits() *bodyLimits {
@@ -45,10 +48,15 @@ func (s *Server) newBodyLimits() *bodyLimits {
 		mcp:  s.cfg.MaxMCPBody(),
 		rest: max(restMaxBody(int64(x.MaxCodeSize)), int64(s.cfg.Volumes.MaxFileSize)),
 	}
-	b.size = max(int64(s.cfg.Server.MaxBodyInFlight), b.mcp, b.rest)
+	b.size = max(int64(s.cfg.Server.MaxBodyInFlight), b.mcp, b.rest+e2bEnvelope)
+	b.e2b = s.e2b.Owns
 	b.budget = semaphore.NewWeighted(b.size)
 	return b
 }
+
+// e2bEnvelope is the room of an E2B upload's multipart envelope around a
+// file of volumes.max_file_size.
+const e2bEnvelope = 64 << 10
 
 // restMaxBody bounds a REST JSON body: the code (JSON-escaped, up to 6
 // bytes a byte) and a few fields.
@@ -73,6 +81,9 @@ func (b *bodyLimits) wrap(next http.Handler) http.Handler {
 			return
 		}
 		limit := b.limit(r.URL.Path)
+		if limit == 0 && b.e2b != nil && b.e2b(r) {
+			limit = b.rest + e2bEnvelope
+		}
 		if r.ContentLength > limit {
 			tooLarge(w, r, limit)
 			return

@@ -36,6 +36,7 @@ import (
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/server/auth"
+	"github.com/mcp-forge/forge/server/e2b"
 	"github.com/mcp-forge/forge/server/hello"
 	"github.com/mcp-forge/forge/server/hello/wire"
 	"github.com/mcp-forge/forge/server/tenant"
@@ -115,6 +116,10 @@ type Server struct {
 	refusals *refusalLog
 	// tenants are Options.Tenants.
 	tenants *tenant.Limits
+
+	// e2b is the E2B face (e2bFace), made once.
+	e2b     *e2b.Handler
+	e2bOnce sync.Once
 
 	// drain is closed when shutdown begins: executions in flight keep
 	// running (their request contexts may already be gone) until kill.

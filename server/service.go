@@ -83,6 +83,9 @@ func (s *Server) authenticate(p engine.Principal, next http.Handler) http.Handle
 		}
 		switch {
 		case publicPaths[r.URL.Path] || s.opts.InsecureNoAuth && !s.opts.Auth.Enabled():
+		case s.e2b.Owns(r):
+			// The E2B face authenticates its own requests: X-API-KEY on
+			// the control plane, the sandbox's access token on the other.
 		case !s.opts.Auth.Enabled():
 			// No token can be right: fail closed (forge serve always
 			// configures one, or says --insecure-no-auth).

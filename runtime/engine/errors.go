@@ -64,6 +64,8 @@ var refusals = []struct {
 	{session.ErrLimit, RefusedLimit},
 	{session.ErrQuota, RefusedLimit}, // the principal's quota (session.WithQuota)
 	{session.ErrBusy, RefusedBusy},
+	{session.ErrHibernated, RefusedBusy},
+	{session.ErrNoPersist, RefusedInvalid},
 	{ErrBusy, RefusedBusy}, // execution.max_concurrent
 	{build.ErrInvalid, RefusedInvalid},
 	{build.ErrRefused, RefusedInvalid},

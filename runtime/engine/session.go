@@ -76,6 +76,29 @@ func (e *Engine) SessionState(ctx context.Context, p Principal, id string) (*ses
 	return meta, refuse(err)
 }
 
+// HibernateSession saves p's live session id to disk and frees its
+// sandbox; its next call restores it (session.ErrHibernated, refused as
+// busy, when it has no sandbox).
+func (e *Engine) HibernateSession(ctx context.Context, p Principal, id string) error {
+	if err := p.check(); err != nil {
+		return refuse(err)
+	}
+	return refuse(e.sessions.Hibernate(ctx, p.Tenant, id))
+}
+
+// WithSession runs f with the running sandbox of p's existing session id,
+// locked for f's duration (brought back from hibernation first); the
+// sandbox is paused again after f. Faces that drive the sandbox themselves
+// (the E2B face's commands and files) use it.
+func (e *Engine) WithSession(ctx context.Context, p Principal, id string, f func(*sandbox.Sandbox) error) error {
+	if err := p.check(); err != nil {
+		return refuse(err)
+	}
+	ctx = withTenant(ctx, p) // it may start the session's sandbox
+	_, err := e.sessions.Call(ctx, p.Tenant, id, "", false, func(sb *sandbox.Sandbox, _ *session.Meta) error { return f(sb) })
+	return refuse(err)
+}
+
 // executeSession runs code in a session: a timeout interrupts the code and
 // keeps the namespace; a dead sandbox (OOM) loses the session.
 func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*kernel.Result, error) {

@@ -21,6 +21,11 @@ var (
 	ErrNoOwner = errors.New("session call without an owner")
 	// ErrClosed: the manager is shutting down.
 	ErrClosed = errors.New("sessions are shutting down")
+	// ErrHibernated: Hibernate of a session that has no sandbox (already
+	// hibernated, or lost).
+	ErrHibernated = errors.New("session is already hibernated")
+	// ErrNoPersist: Hibernate while sessions.persist is off.
+	ErrNoPersist = errors.New("sessions are not persisted (sessions.persist is off), so a session cannot hibernate")
 )
 
 var (

@@ -679,6 +679,35 @@ func (m *Manager) Destroy(ctx context.Context, owner, id string) error {
 	return err
 }
 
+// Hibernate saves a live session's variables and /workspace and frees its
+// sandbox now, as idleness would later; the next call brings it back.
+// ErrHibernated when it has no sandbox in this process.
+func (m *Manager) Hibernate(ctx context.Context, owner, id string) error {
+	if !m.opts.Persist {
+		return ErrNoPersist
+	}
+	if err := ValidID(id); err != nil {
+		return err
+	}
+	s, err := m.get(ctx, key{owner, id}, "", false)
+	if err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	if s.sb == nil {
+		if s.meta.Status == Hibernated {
+			m.release(s) // on disk only: nothing of it stays in this process
+		}
+		return fmt.Errorf("%w: %s", ErrHibernated, id)
+	}
+	if err := s.hibernateLocked(ctx, false); err != nil && s.sb != nil {
+		return err // kept live
+	}
+	m.release(s)
+	m.log.Info("session hibernated on request", "session", id)
+	return nil
+}
+
 // Document stores descriptions of variables and a note, with an
 // introspection of every user variable.
 func (m *Manager) Document(ctx context.Context, owner, id string, vars map[string]string, note string, clear bool) (*Documented, error) {
