@@ -13,7 +13,3 @@ func (h *Handler) serveFiles(w http.ResponseWriter, r *http.Request, sb *Sandbox
 func (h *Handler) serveProcess(w http.ResponseWriter, r *http.Request, sb *Sandbox, method string) {
 	writeError(w, http.StatusNotImplemented, "process."+method+": not implemented yet")
 }
-
-func (h *Handler) serveFilesystem(w http.ResponseWriter, r *http.Request, sb *Sandbox, method string) {
-	writeError(w, http.StatusNotImplemented, "filesystem."+method+": not implemented yet")
-}
