@@ -220,15 +220,35 @@ func (s *Store) makeDirs() error {
 }
 
 // makeSkeleton creates the lowest-priority-free top layer of every shared
-// rootfs: just the empty mount-point directories.
+// rootfs: the empty mount-point directories, and the links every image
+// gets (skelLinks).
 func makeSkeleton(dir string) error {
 	for _, d := range mountPoints {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return err
 		}
 	}
+	for name, target := range skelLinks {
+		p := filepath.Join(dir, name)
+		if t, err := os.Readlink(p); err == nil && t == target {
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		os.Remove(p) // a stale link; a directory stays and fails below
+		if err := os.Symlink(target, p); err != nil {
+			return err
+		}
+	}
 	return os.Chmod(filepath.Join(dir, "tmp"), 0o777|os.ModeSticky)
 }
+
+// skelLinks are symlinks in every shared rootfs: /home/user is the
+// workspace, where code written for E2B sandboxes keeps its files (the
+// E2B face, server/e2b). Build layers are not on the skeleton, so no
+// image built by forge carries them.
+var skelLinks = map[string]string{"home/user": "/workspace"}
 
 // systemContext keeps every temp file and cache under StateDir. The host's
 // registries.conf (mirrors, insecure registries) and auth files are still
