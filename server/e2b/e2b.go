@@ -121,6 +121,8 @@ type Handler struct {
 	stop     chan struct{}
 	reaped   sync.WaitGroup
 	stopOnce sync.Once
+
+	cmds commandTable // running commands (process.go)
 }
 
 // New loads the sandboxes of <state_dir>/e2b and starts the reaper that
