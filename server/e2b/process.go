@@ -358,7 +358,7 @@ def main(a):
     if not os.path.isdir(cwd):
         return {"error": ["invalid_argument", "cwd %s is not a directory" % a["shown_cwd"]]}
     env = dict(os.environ)
-    env.update({"HOME": home, "USER": "user", "LOGNAME": "user"})
+    env.update({"HOME": home, "USER": "user", "LOGNAME": "user", "PWD": cwd})
     env.update(a["env"])
     try:
         p = subprocess.Popen(a["argv"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -493,11 +493,11 @@ func keepaliveInterval(r *http.Request) time.Duration {
 
 // outputPump turns the run's progress reports into data events without
 // blocking the engine: reports queue, one goroutine sends them, and a
-// keepalive goes out when nothing else did for a while. When reports lost
-// output (the run wrote faster than it streams, or the client read
-// slower), the stream stops there and rest sends the remainder from the
-// run's result, so the client gets every byte the result has, in order
-// per stream.
+// keepalive goes out when nothing else did for a while. The end of the
+// output comes from the run's result (rest); when reports lost output (the
+// run wrote faster than it streams, or the client read slower), the
+// stream stops there and rest sends all the remainder, so the client gets
+// every byte the result has, in order per stream.
 type outputPump struct {
 	s    *streamWriter
 	kick chan struct{}
@@ -591,16 +591,14 @@ func (p *outputPump) close() {
 	<-p.done
 }
 
-// rest sends, after close, the output that the stream lost: the part of
-// the result's stdout and stderr beyond what was sent, when what was sent
-// is the result's beginning.
+// rest sends, after close, the output that did not stream (the last
+// moments of the run, or what the stream lost): the part of the result's
+// stdout and stderr beyond what was sent, when what was sent is the
+// result's beginning.
 func (p *outputPump) rest(stdout, stderr string) {
 	p.mu.Lock()
-	broken, sent, sums := p.broken, p.sent, p.sums
+	sent, sums := p.sent, p.sums
 	p.mu.Unlock()
-	if !broken {
-		return
-	}
 	for i, out := range []string{stdout, stderr} {
 		if len(out) <= sent[i] {
 			continue
