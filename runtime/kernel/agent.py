@@ -436,6 +436,15 @@ class _Display:
         self.items = []
         self.size = 0
         self.truncated = False
+        # groups: [first item, main] of each shown object (a display() argument, a figure, the
+        # cell's value: main), so that a face can tell them apart (E2B's result per object).
+        self.groups = []
+
+    def begin(self, main=False):
+        if self.groups and self.groups[-1][0] == len(self.items):
+            self.groups[-1] = [len(self.items), main]  # the previous object showed nothing
+        else:
+            self.groups.append([len(self.items), main])
 
     def add(self, mime, data):
         # Base64 is ASCII; text may grow up to 6x as JSON, and the host bounds the reply line.
@@ -489,6 +498,7 @@ class _Display:
 
     def display(self, *objs):
         for obj in objs:
+            self.begin()
             if not self.rich(obj):
                 self.add("text/plain", _safe_repr(obj, RESULT_LIMIT))
 
@@ -497,6 +507,7 @@ class _Display:
         if plt is None:
             return
         for num in list(plt.get_fignums()):
+            self.begin()
             fig = plt.figure(num)
             buf = io.BytesIO()
             try:
@@ -628,6 +639,7 @@ def _run_cell(body, expr, disp):
     value = eval(expr, _ns)
     if value is not None:
         _ns["_"] = value
+        disp.begin(True)
         disp.rich(value)
     return _result_value(value)
 
@@ -735,6 +747,7 @@ def op_exec(req):
         "truncated": truncated or disp.truncated,
         "result": result,
         "display": disp.items,
+        "groups": disp.groups,
         "error": error,
         "count": sum(1 for _ in _user_vars()),  # for the session list; no reprs, no sizes
     }

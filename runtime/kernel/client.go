@@ -236,6 +236,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (*Result, error) {
 		Stderr:    rep.Stderr,
 		Result:    rep.value,
 		Display:   rep.display,
+		Groups:    rep.groups,
 		Error:     rep.Error,
 		Truncated: rep.Truncated,
 		TimedOut:  err != nil,

@@ -46,6 +46,7 @@ type reply struct {
 	Truncated  bool            `json:"truncated"`
 	Result     json.RawMessage `json:"result"`
 	RawDisplay json.RawMessage `json:"display"`
+	RawGroups  json.RawMessage `json:"groups"`
 	Count      int             `json:"count"`   // user variables afterwards
 	Skipped    int64           `json:"skipped"` // output: bytes left out of the chunk
 
@@ -64,6 +65,7 @@ type reply struct {
 	value     any // Result, numbers as json.Number
 	modules   map[string]bool
 	display   []Display
+	groups    []DisplayGroup
 	variables []Variable
 	imported  []string
 	saved     []string
@@ -254,6 +256,9 @@ func (r *reply) validateExec(req *request) error {
 	if r.display, err = decodeList(r.RawDisplay, maxDisplayItems, "exec display", checkDisplay); err != nil {
 		return err
 	}
+	if r.groups, err = decodeGroups(r.RawGroups, len(r.display)); err != nil {
+		return err
+	}
 	if len(r.Result) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(r.Result))
 		dec.UseNumber()
@@ -262,6 +267,29 @@ func (r *reply) validateExec(req *request) error {
 		}
 	}
 	return nil
+}
+
+// decodeGroups decodes exec's display groups: [first, main] pairs with
+// first ascending within the n display items (older agents send none).
+func decodeGroups(raw json.RawMessage, n int) ([]DisplayGroup, error) {
+	pairs, err := decodeList(raw, maxDisplayItems+1, "exec display groups", func(p *[2]any) error { return nil })
+	if err != nil {
+		return nil, err
+	}
+	var out []DisplayGroup
+	for _, p := range pairs {
+		first, ok1 := p[0].(float64)
+		main, ok2 := p[1].(bool)
+		prev := 0
+		if len(out) > 0 {
+			prev = out[len(out)-1].First
+		}
+		if !ok1 || !ok2 || first != float64(int(first)) || int(first) < prev || int(first) > n {
+			return nil, protocolErrorf(nil, "bad exec display group %v", p)
+		}
+		out = append(out, DisplayGroup{First: int(first), Main: main})
+	}
+	return out, nil
 }
 
 // decodeList decodes a JSON list of at most max items, checking each, without ever holding

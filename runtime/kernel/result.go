@@ -27,6 +27,17 @@ type Result struct {
 	// Variables is how many user variables the namespace holds afterwards
 	// (for a session's listing; not part of the ExecutionResult).
 	Variables int `json:"-"`
+	// Groups tell which Display items each shown object made (display()
+	// arguments, figures, the cell's value); not part of the
+	// ExecutionResult (the E2B face reads them).
+	Groups []DisplayGroup `json:"-"`
+}
+
+// DisplayGroup is the Display items of one shown object: from First to
+// the next group's First. Main: the cell's last expression.
+type DisplayGroup struct {
+	First int
+	Main  bool
 }
 
 // Display is one rich output item; images are base64.
