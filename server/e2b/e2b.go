@@ -218,12 +218,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(HeaderSandboxID) != "" {
 		mux = h.plane
 	}
-	next, pattern := mux.Handler(r)
-	if pattern == "" {
+	if _, pattern := mux.Handler(r); pattern == "" {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("forge's E2B API has no %s %s", r.Method, truncate(r.URL.Path, 100)))
 		return
 	}
-	next.ServeHTTP(w, r)
+	mux.ServeHTTP(w, r) // it sets the path values
 }
 
 // health is envd's GET /health: 204 for a live sandbox, 502 (what the
