@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -260,24 +259,26 @@ func octet(target string, data []byte) *http.Request {
 	return r
 }
 
-// startCommand calls process.Process/Start with cmd (bash -l -c, as the
-// SDKs do) and returns the events and the end of the stream.
+// startCommand calls process.Process/Start over HTTP/1.1 (as the SDKs
+// do on plain http) with req and returns the events and the end of the
+// stream; on sees each event as it arrives.
 func startCommand(t *testing.T, h *Handler, sb *Sandbox, ctx context.Context, req map[string]any, timeoutMs string, on ...func(processEvent)) (events []processEvent, times []time.Time, end string) {
 	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.serveProcess(w, r, sb, "Start") }))
+	defer srv.Close()
 	b, _ := json.Marshal(req)
-	pr, pw := io.Pipe()
-	r := httptest.NewRequest(http.MethodPost, "/process.Process/Start", bytes.NewReader(envelope(0, string(b)))).WithContext(ctx)
+	r, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/process.Process/Start", bytes.NewReader(envelope(0, string(b))))
 	r.Header.Set("Content-Type", contentTypeStream)
 	if timeoutMs != "" {
 		r.Header.Set("Connect-Timeout-Ms", timeoutMs)
 	}
-	go func() {
-		w := &pipeWriter{header: http.Header{}, w: pw}
-		h.serveProcess(w, r, sb, "Start")
-		pw.Close()
-	}()
+	resp, err := srv.Client().Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
 	for {
-		flags, payload, err := readEnvelope(pr, 1<<24)
+		flags, payload, err := readEnvelope(resp.Body, 1<<24)
 		if err != nil {
 			t.Fatalf("reading the stream: %v (events so far %+v)", err, events)
 		}
@@ -295,17 +296,6 @@ func startCommand(t *testing.T, h *Handler, sb *Sandbox, ctx context.Context, re
 		}
 	}
 }
-
-// pipeWriter is a streaming http.ResponseWriter.
-type pipeWriter struct {
-	header http.Header
-	w      io.Writer
-}
-
-func (p *pipeWriter) Header() http.Header         { return p.header }
-func (p *pipeWriter) Write(b []byte) (int, error) { return p.w.Write(b) }
-func (p *pipeWriter) WriteHeader(int)             {}
-func (p *pipeWriter) Flush()                      {}
 
 func bashRequest(cmd string) map[string]any {
 	return map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", cmd}}, "stdin": false}

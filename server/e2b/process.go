@@ -229,9 +229,10 @@ func (h *Handler) serveProcess(w http.ResponseWriter, r *http.Request, sb *Sandb
 			return &struct{}{}, nil
 		})
 	case "Connect":
-		s := newStreamWriter(w)
 		var q selectRequest
-		if err := readStreamRequest(r, &q); err != nil {
+		err := readStreamRequest(r, &q)
+		s := newStreamWriter(w)
+		if err != nil {
 			s.End(err)
 			return
 		}
@@ -388,9 +389,12 @@ def main(a):
 
 // startProcess is process.Process/Start: the command's events streamed.
 func (h *Handler) startProcess(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
-	s := newStreamWriter(w)
+	// The request is read before the response begins: net/http closes an
+	// HTTP/1 request's body once the response is under way.
 	var q startRequest
-	if err := readStreamRequest(r, &q); err != nil {
+	err := readStreamRequest(r, &q)
+	s := newStreamWriter(w)
+	if err != nil {
 		s.End(err)
 		return
 	}
