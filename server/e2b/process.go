@@ -182,7 +182,7 @@ func (t *commandTable) find(sandboxID string, sel *processSelector) *command {
 	return nil
 }
 
-// signal kills c; it reports whether c was still running.
+// signal kills c (SendSignal).
 func (t *commandTable) signal(c *command) {
 	t.mu.Lock()
 	c.killed = true
@@ -361,18 +361,19 @@ def main(a):
     env = dict(os.environ)
     env.update({"HOME": home, "USER": "user", "LOGNAME": "user", "PWD": cwd})
     env.update(a["env"])
+    p, how = None, "exit"
     try:
         p = subprocess.Popen(a["argv"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)
-    except OSError as e:
-        return {"error": ["invalid_argument", "starting %s: %s" % (a["argv"][0], e.strerror or e)]}
-    how = "exit"
-    try:
         p.wait(timeout=a["timeout"])
     except subprocess.TimeoutExpired:
         how = "timeout"
     except KeyboardInterrupt:
         how = "killed"
+    except OSError as e:
+        return {"error": ["invalid_argument", "starting %s: %s" % (a["argv"][0], e.strerror or e)]}
+    if p is None:
+        return {"rc": -signal.SIGKILL, "how": how}
     if p.returncode is None:
         try:
             os.killpg(p.pid, signal.SIGKILL)
@@ -447,6 +448,8 @@ func (h *Handler) finishProcess(s *streamWriter, pump *outputPump, res *kernel.R
 	b, _ := json.Marshal(res.Result)
 	_ = json.Unmarshal(b, &rep)
 	switch {
+	case killed && rep.RC == nil:
+		rep.How = "killed" // interrupted before the snippet could answer
 	case len(rep.Error) == 2:
 		return &ConnectError{Code: rep.Error[0], Message: rep.Error[1]}
 	case res.OOMKilled:
