@@ -134,6 +134,9 @@ func (g e2bEngine) ListFiles(ctx context.Context, p engine.Principal, id string)
 // e2bExecute is the E2B face's execution path: the tenant gate and egress
 // (execute), held open through a shutdown's grace like the other faces'.
 func (s *Server) e2bExecute(ctx context.Context, req engine.Request) (*kernel.Result, error) {
+	if _, err := (e2bEngine{s}).get(ctx); err != nil { // a Deferred engine still opening
+		return nil, err
+	}
 	s.active.Add(1)
 	defer s.active.Done()
 	ectx, cancel := s.execContext(ctx)
