@@ -61,6 +61,9 @@ type Engine interface {
 
 	Images(ctx context.Context) ([]rootfs.Image, error)
 	PoolStats() []pool.Stats
+	// TenantPools reports whether warm pools are per tenant (nothing is
+	// prewarmed before a tenant's first request).
+	TenantPools() bool
 
 	BuildEnvironment(ctx context.Context, p engine.Principal, req build.Request) (*build.Result, error)
 	ListEnvironments(ctx context.Context, p engine.Principal) ([]build.Environment, error)

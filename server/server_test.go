@@ -100,6 +100,7 @@ func (e *stubEngine) ListFiles(_ context.Context, _ engine.Principal, id string)
 }
 func (e *stubEngine) Images(context.Context) ([]rootfs.Image, error) { return nil, nil }
 func (e *stubEngine) PoolStats() []pool.Stats                        { return nil }
+func (e *stubEngine) TenantPools() bool                              { return false }
 func (e *stubEngine) ToolCatalog() []bridge.Tool                     { return nil }
 
 // The real engine is what the server is built for.

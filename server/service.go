@@ -378,8 +378,8 @@ func (s *Server) ready(ctx context.Context) error {
 	if _, err := s.eng.Images(ctx); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
-	if !s.cfg.Pool.Enabled || s.cfg.Pool.Size == 0 {
-		return nil
+	if !s.cfg.Pool.Enabled || s.cfg.Pool.Size == 0 || s.eng.TenantPools() {
+		return nil // no pool to wait for: a tenant's fills at its first request
 	}
 	for _, st := range s.eng.PoolStats() {
 		if st.Name == s.cfg.Images.Default && (st.Ready > 0 || st.Hits > 0) {

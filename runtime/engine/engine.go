@@ -721,6 +721,10 @@ func (e *Engine) Prewarm() {
 	}
 }
 
+// TenantPools reports whether sandboxes, and so warm pools, are per tenant
+// (sandbox.zygote_per_tenant): then Prewarm warms nothing.
+func (e *Engine) TenantPools() bool { return e.perTenant }
+
 // PoolStats are the counters of every pool.
 func (e *Engine) PoolStats() []pool.Stats {
 	e.mu.Lock()

@@ -212,24 +212,26 @@ func keyOf(cfg *Config) templateKey { return templateKey{cfg.Rootfs, cfg.Tenant}
 
 // template is one zygote container.
 type template struct {
-	rt      *Runtime
-	id      string
-	key     templateKey
-	memory  int64 // the template's memory limit (templateMemory), 0 for none
-	c       *libcontainer.Container
-	proc    *libcontainer.Process
-	ctl     *os.File // host end of the SOCK_SEQPACKET control socket
-	leases  []*idmap.Lease
-	block   uint32
-	started time.Time
-	stderr  *boundedBuffer
-	exited  chan struct{}
-	state   *os.ProcessState // of the template's init, once exited is closed (nil if its wait failed)
-	aging   *time.Timer      // retires the template at MaxAge, though nothing forks
-	devices []*config.Rule   // the container's device rules, for each child's cgroup on v2 (on v1 its template's has them)
-	procs   *os.File         // the template's own cgroup.procs (see beat), nil if not opened
-	pid     string           // of the template's init, on the host
-	helper  string           // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
+	rt     *Runtime
+	id     string
+	key    templateKey
+	memory int64 // the template's memory limit (templateMemory), 0 for none
+	c      *libcontainer.Container
+	// cgroupPaths are c's cgroup paths, copied once it started (oomKills).
+	cgroupPaths map[string]string
+	proc        *libcontainer.Process
+	ctl         *os.File // host end of the SOCK_SEQPACKET control socket
+	leases      []*idmap.Lease
+	block       uint32
+	started     time.Time
+	stderr      *boundedBuffer
+	exited      chan struct{}
+	state       *os.ProcessState // of the template's init, once exited is closed (nil if its wait failed)
+	aging       *time.Timer      // retires the template at MaxAge, though nothing forks
+	devices     []*config.Rule   // the container's device rules, for each child's cgroup on v2 (on v1 its template's has them)
+	procs       *os.File         // the template's own cgroup.procs (see beat), nil if not opened
+	pid         string           // of the template's init, on the host
+	helper      string           // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
 	// seq numbers the template's fork requests: a request's id is its
 	// number, not the sandbox's id, which names forge's host pid and which
 	// every later child of the template could otherwise find in its copy of
@@ -600,6 +602,11 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 		return nil, fmt.Errorf("starting zygote template %s: %w", t.id, err)
 	}
 	t.proc = p
+	if st, err := t.c.State(); err == nil {
+		// A copy, read while nothing else touches t.c: libcontainer hands
+		// out its manager's own map, which Destroy empties.
+		t.cgroupPaths = maps.Clone(st.CgroupPaths)
+	}
 	go func() {
 		t.state, _ = p.Wait()
 		close(t.exited)
@@ -860,14 +867,10 @@ func (t *template) deathCause() string {
 
 // oomKills is the OOM kill count of the template's memory cgroup.
 func (t *template) oomKills() (uint64, error) {
-	if t.c == nil || t.rt.noCgroups {
+	if t.cgroupPaths == nil || t.rt.noCgroups {
 		return 0, ErrNoCgroup
 	}
-	st, err := t.c.State()
-	if err != nil {
-		return 0, err
-	}
-	m, err := manager.NewWithPaths(&occgroups.Cgroup{Resources: &occgroups.Resources{}}, st.CgroupPaths)
+	m, err := manager.NewWithPaths(&occgroups.Cgroup{Resources: &occgroups.Resources{}}, t.cgroupPaths)
 	if err != nil {
 		return 0, err
 	}

@@ -45,6 +45,10 @@ func startHTTPServe(t *testing.T, state string, args ...string) *httpServe {
 	argv := append([]string{"--state-dir", state, "--log-level", "info", "serve", "--http", "127.0.0.1:0"}, args...)
 	s := &httpServe{cmd: exec.Command(forgeBin(t), argv...), stderr: &logBuffer{}, exited: make(chan struct{})}
 	s.cmd.Stderr = s.stderr
+	// Stopped with the test binary too, when it dies before its cleanup
+	// (a pipe closed under go test): an orphaned forge's sandboxes hold
+	// host ids that other tests' state dirs hand out as well.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
