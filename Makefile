@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build oci image image-data image-trixie test-images run test test-sdk test-clients test-v2 test-api test-deploy load stress fuzz bench lint clean
+.PHONY: FORCE all deps build oci image image-data image-trixie test-images run test test-sdk test-clients test-v2 test-api test-e2b bench-e2b test-deploy load stress fuzz bench lint clean
 
 all: build
 
@@ -107,6 +107,15 @@ test-clients:
 # response as documented. Then a short load (make load for the long one).
 test-api: build test-images
 	scripts/test-api.sh
+
+# The official E2B SDKs (pinned: Python in a venv, JavaScript in test/e2b)
+# against forge serve's E2B face; see docs/e2b.md. bench-e2b: the SDK's
+# create + first run_code and warm run_code beside the REST API and python3 -c.
+test-e2b: build test-images
+	scripts/test-e2b.sh
+
+bench-e2b: build test-images
+	scripts/test-e2b.sh --bench-only
 
 # 60 s of POST /api/v1/execute at concurrency 16 against bin/forge serve:
 # no 5xx, flat RSS, p50/p99 printed (make test runs a 10 s form).
