@@ -86,6 +86,7 @@ test: build test-images $(MCPSERVER)
 	$(MAKE) --no-print-directory test-deploy
 	$(MAKE) --no-print-directory test-sdk
 	$(MAKE) --no-print-directory test-api
+	$(MAKE) --no-print-directory test-e2b
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
 	$(MAKE) --no-print-directory test-v2
 
