@@ -171,7 +171,55 @@ func (h *Handler) Owns(r *http.Request) bool {
 		return true
 	}
 	p := r.URL.Path
-	return p == "/sandboxes" || strings.HasPrefix(p, "/sandboxes/") || p == "/v2/sandboxes" || strings.HasPrefix(p, "/v2/sandboxes/")
+	for _, prefix := range controlPrefixes {
+		if p == prefix || strings.HasPrefix(p, prefix+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// controlPrefixes are the control plane's paths: the sandboxes', and
+// those of the E2B features forge refuses by name (unmapped).
+var controlPrefixes = func() []string {
+	out := []string{"/sandboxes", "/v2/sandboxes"}
+	for _, u := range unmapped {
+		for _, p := range u.patterns {
+			if !strings.Contains(p, "{") {
+				out = append(out, strings.TrimSuffix(p, "/"))
+			}
+		}
+	}
+	return out
+}()
+
+// unmapped are the E2B features of the control plane that forge has no
+// counterpart for, with what to use instead: each is refused, never
+// answered as if it worked. A pattern ending in / covers its subtree.
+var unmapped = []struct {
+	patterns []string
+	msg      string
+}{
+	{[]string{"/templates/", "/v2/templates/", "/v3/templates/"},
+		"forge builds no E2B templates: build a custom environment (forge env build NAME PACKAGES..., or the build_custom_environment tool) and pass its name as the template"},
+	{[]string{"/snapshots/", "/v2/snapshots/", "/sandboxes/{id}/snapshots/"},
+		"forge has no sandbox snapshots: pause() hibernates a sandbox (variables and /home/user kept) and connect() resumes it; fork_session (MCP) copies a session"},
+	{[]string{"/volumes/", "/v2/volumes/"},
+		"forge has no volumes: a sandbox's files live in /home/user, its session workspace, for the sandbox's lifetime and across pause()"},
+	{[]string{"/sandboxes/{id}/fork"},
+		"forge forks sessions through MCP (fork_session), not through the E2B API"},
+	{[]string{"/sandboxes/{id}/network", "/v2/sandboxes/{id}/network"},
+		"forge sandboxes have no network; code reaches the hosts of forge's egress rules (execution.egress, server.tenants.*.egress)"},
+}
+
+// refuseUnmapped answers an unmapped feature: 400 (the SDKs raise it as
+// their SandboxException) naming what forge offers, once the key is good.
+func (h *Handler) refuseUnmapped(msg string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := h.principal(w, r); ok {
+			writeError(w, http.StatusBadRequest, msg)
+		}
+	}
 }
 
 // routes builds the two planes' muxes. The envd and interpreter handlers
@@ -190,6 +238,14 @@ func (h *Handler) routes() {
 	c.HandleFunc("POST /sandboxes/{id}/resume", h.resume)
 	c.HandleFunc("POST /sandboxes/{id}/connect", h.connect)
 	c.HandleFunc("POST /v2/sandboxes/{id}/connect", h.connect)
+	for _, u := range unmapped {
+		for _, pattern := range u.patterns {
+			c.Handle(pattern, h.refuseUnmapped(u.msg))
+			if base, ok := strings.CutSuffix(pattern, "/"); ok {
+				c.Handle(base, h.refuseUnmapped(u.msg))
+			}
+		}
+	}
 	h.control = c
 
 	p := http.NewServeMux()

@@ -171,6 +171,9 @@ func TestOwns(t *testing.T) {
 		{"POST", "/api/v1/sandboxes", "", false},
 		{"POST", "/mcp", "", false},
 		{"GET", "/sandboxesX", "", false},
+		{"POST", "/v3/templates", "", true},
+		{"GET", "/volumes/v-1", "", true},
+		{"POST", "/templatesX", "", false},
 	} {
 		r := httptest.NewRequest(c.method, c.path, nil)
 		if c.header != "" {
@@ -187,6 +190,37 @@ func TestOwns(t *testing.T) {
 	var nilH *Handler
 	if nilH.Owns(httptest.NewRequest("POST", "/sandboxes", nil)) {
 		t.Error("a nil face owns /sandboxes")
+	}
+}
+
+// TestUnmappedRefused: E2B features forge has no counterpart for get a
+// 400 naming what to use instead, after the key is checked.
+func TestUnmappedRefused(t *testing.T) {
+	f := newFace(t)
+	for _, c := range []struct{ method, path, want string }{
+		{"POST", "/v3/templates", "forge env build"},
+		{"GET", "/templates/t-1/builds/b-1/status", "forge env build"},
+		{"POST", "/sandboxes/s-1/snapshots", "pause()"},
+		{"GET", "/snapshots", "pause()"},
+		{"POST", "/volumes", "/home/user"},
+		{"POST", "/sandboxes/s-1/fork", "fork_session"},
+		{"PUT", "/sandboxes/s-1/network", "egress"},
+	} {
+		req, _ := http.NewRequest(c.method, f.srv.URL+c.path, strings.NewReader("{}"))
+		req.Header.Set(HeaderAPIKey, keyA)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || e.Code != 400 || !strings.Contains(e.Message, c.want) {
+			t.Errorf("%s %s: %d %+v, want 400 naming %q", c.method, c.path, resp.StatusCode, e, c.want)
+		}
+		if resp := f.call(t, c.method, c.path, "wrong", map[string]any{}, nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s %s with a wrong key: %d, want 401", c.method, c.path, resp.StatusCode)
+		}
 	}
 }
 
