@@ -94,6 +94,9 @@ func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Con
 		// configuration; mcp-go's checks only Host, only on loopback.
 		mcpserver.WithDisableLocalhostProtection(true),
 	}
+	if s.cfg.Cluster.Enabled {
+		opts = append(opts, mcpserver.WithSessionIdManager(&clusterSessionIDs{}))
+	}
 	if len(s.cfg.Server.AllowedOrigins) > 0 {
 		opts = append(opts, mcpserver.WithStreamableHTTPCORS(mcpserver.WithCORSAllowedOrigins(s.cfg.Server.AllowedOrigins...)))
 	}
@@ -113,7 +116,7 @@ func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Con
 			mux.ServeHTTP(w, r)
 		})
 	}
-	return s.guard(s.authenticate(p, s.newBodyLimits().wrap(next))), mcpHTTP.Shutdown
+	return s.guard(s.authenticate(p, s.newBodyLimits().wrap(s.clusterRoute(next)))), mcpHTTP.Shutdown
 }
 
 // ServeHTTP serves the HTTP transport on ln until ctx is cancelled, then

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -115,6 +116,9 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 			return fmt.Errorf("serve: %w", err)
 		}
 		defer ln.Close()
+		if cfg.Cluster.Enabled && cfg.Cluster.Advertise == "" {
+			cfg.Cluster.Advertise = advertise(ln.Addr())
+		}
 	}
 
 	met := metrics.New()
@@ -286,4 +290,14 @@ func openAudit(stateDir, path string, maxSize int64, backups int, observe func(a
 		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}
 	return l, nil
+}
+
+// advertise is where peer replicas reach a listener at addr: the pod's IP
+// ($POD_IP, from the downward API) with its port, else addr itself.
+func advertise(addr net.Addr) string {
+	_, port, err := net.SplitHostPort(addr.String())
+	if ip := os.Getenv("POD_IP"); ip != "" && err == nil {
+		return net.JoinHostPort(ip, port)
+	}
+	return addr.String()
 }

@@ -163,8 +163,22 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		}()
 	}
 	sc := cfg.Sessions
+	sessionsDir := filepath.Join(cfg.StateDir, "sessions")
+	cl := cfg.Cluster
+	if cl.Enabled {
+		// Every replica's sessions, in the directory they all mount.
+		sessionsDir = filepath.Join(cl.SharedDir, "sessions")
+		if cl.Member == "" {
+			if cl.Member, err = os.Hostname(); err != nil {
+				return nil, fmt.Errorf("cluster.member is empty and the host name is unknown: %w", err)
+			}
+		}
+	}
 	e.sessions, err = session.NewManager(session.Options{
-		Dir:           filepath.Join(cfg.StateDir, "sessions"),
+		Member:        cl.Member,
+		Advertise:     cl.Advertise,
+		Checkpoint:    cl.Enabled,
+		Dir:           sessionsDir,
 		MaxConcurrent: sc.MaxConcurrent,
 		IdleTimeout:   time.Duration(sc.IdleTimeout),
 		MaxLifetime:   time.Duration(sc.MaxLifetime),

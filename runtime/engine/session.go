@@ -203,6 +203,15 @@ func (e *Engine) ListFiles(ctx context.Context, p Principal, id string) ([]kerne
 	return files, refuse(err)
 }
 
+// SessionHolder names the other replica that holds p's session id (cluster
+// mode), or nil when this replica serves it.
+func (e *Engine) SessionHolder(p Principal, id string) *session.HeldError {
+	if p.check() != nil {
+		return nil
+	}
+	return e.sessions.Holder(p.Tenant, id)
+}
+
 // LiveSessions is how many sessions have a sandbox in this process (for
 // metrics; every principal's).
 func (e *Engine) LiveSessions() int { return e.sessions.Live() }

@@ -30,7 +30,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/internal/lazyre"
-	"github.com/mcp-forge/forge/internal/proc"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 )
@@ -84,6 +83,17 @@ type Meta struct {
 	// Unrestored those the last restore could not bring back (both).
 	Unsaved    []string `json:"unsaved,omitempty"`
 	Unrestored []string `json:"unrestored,omitempty"`
+	// Member and Advertise name the replica that holds (or last held) the
+	// session and where its peers reach it (cluster mode only).
+	Member    string `json:"member,omitempty"`
+	Advertise string `json:"advertise,omitempty"`
+	// Checkpointed: the saved variables and /workspace are those of the
+	// last answered call (cluster mode checkpoints every call), so a
+	// replica that takes the session over from a dead one restores them.
+	Checkpointed bool `json:"checkpointed,omitempty"`
+	// TakenOver says, until the next call reports it, from which replica
+	// the session was taken over.
+	TakenOver string `json:"taken_over,omitempty"`
 }
 
 // Info is one row of list_sessions.
@@ -121,6 +131,15 @@ type Options struct {
 	// sessions live in Dir/.principals/o-HASH (a name no session id can
 	// have).
 	LocalOwner string
+	// Member and Advertise, in cluster mode, name this replica and where
+	// its peers reach it; each session's meta records its holder's, and
+	// Holder reports them to the replicas that forward calls.
+	Member    string
+	Advertise string
+	// Checkpoint saves every session's variables and /workspace after
+	// each call, before the call returns (cluster mode), so no answered
+	// call is lost when this process is killed.
+	Checkpoint bool
 }
 
 // key names a session: ids are scoped by owner.
@@ -246,6 +265,8 @@ func (m *Manager) Call(ctx context.Context, owner, id, image string, create bool
 	s.meta.LastActive = time.Now().UTC()
 	if !s.sb.Alive() {
 		s.dropSandboxLocked(s.sb.DeathReason())
+	} else if m.opts.Checkpoint {
+		notes = append(notes, s.checkpointLocked(ctx)...)
 	} else if err := s.sb.Pause(); err != nil {
 		m.log.Warn("pausing session sandbox", "session", id, "err", err)
 	}
@@ -317,6 +338,7 @@ func (m *Manager) claim(ctx context.Context, k key, image string, create bool) (
 			return nil, err
 		}
 		orphanedLocked(meta)
+		m.logTakeover(meta)
 	} else {
 		now := time.Now().UTC()
 		meta = &Meta{ID: id, Owner: k.owner, Image: image, Created: now, LastActive: now, Status: Hibernated}
@@ -366,6 +388,9 @@ func (m *Manager) lock(ctx context.Context, dir, id string) (*os.File, error) {
 			if meta != nil {
 				pid = meta.OwnerPid
 			}
+			if meta != nil && meta.Member != "" {
+				return nil, &HeldError{ID: id, Member: meta.Member, Advertise: meta.Advertise}
+			}
 			return nil, fmt.Errorf("%w: session %s is held by forge process %d", ErrBusy, id, pid)
 		}
 		select {
@@ -387,6 +412,18 @@ func orphanedLocked(meta *Meta) {
 	if meta.Status != Active && meta.Status != Hibernating {
 		return
 	}
+	if meta.Checkpointed {
+		// Its last answered call was checkpointed before it was answered
+		// (a save in progress swaps files whole): nothing acknowledged is
+		// lost, so it comes back from there.
+		who := meta.Member
+		if who == "" {
+			who = fmt.Sprintf("forge process %d", meta.OwnerPid)
+		}
+		meta.Status, meta.LostReason = Hibernated, ""
+		meta.TakenOver = fmt.Sprintf("session %s was taken over from %s, which stopped without handing it over; it is restored from the checkpoint of its last answered call", meta.ID, who)
+		return
+	}
 	how := "ended"
 	if meta.Status == Hibernating {
 		how = "ended while hibernating it"
@@ -405,6 +442,10 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var notes []string
+	if s.meta.TakenOver != "" {
+		notes = append(notes, s.meta.TakenOver)
+		s.meta.TakenOver = ""
+	}
 	switch s.meta.Status {
 	case Lost:
 		notes = append(notes, fmt.Sprintf("session %s was lost (%s); this call starts a fresh namespace and an empty /workspace", s.meta.ID, s.meta.LostReason))
@@ -424,6 +465,7 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 		}
 	}
 	s.meta.Status, s.meta.OwnerPid, s.meta.LostReason = Active, os.Getpid(), ""
+	s.meta.Member, s.meta.Advertise = m.opts.Member, m.opts.Advertise
 	err = s.saveLocked()
 	m.census.invalidate() // perhaps restored from hibernation
 	return notes, err
@@ -754,7 +796,7 @@ func (m *Manager) State(ctx context.Context, owner, id string) (*Meta, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
-		if err == nil && meta.OwnerPid != os.Getpid() && !proc.Alive(meta.OwnerPid) {
+		if err == nil && m.ownerGone(m.dir(k), meta) {
 			orphanedLocked(meta) // as the next call will find it
 		}
 		return meta, err
@@ -805,7 +847,7 @@ func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
 			if err != nil {
 				continue
 			}
-			if meta.OwnerPid != os.Getpid() && !proc.Alive(meta.OwnerPid) {
+			if m.ownerGone(m.dir(k), meta) {
 				orphanedLocked(meta) // as the next call will find it
 			}
 			info = Info{ID: meta.ID, Image: meta.Image, Created: meta.Created, LastActive: meta.LastActive,
