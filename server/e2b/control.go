@@ -318,6 +318,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.reg.remove(sb.ID)
+	h.cmds.stopSandbox(r.Context(), sb.ID, "its sandbox was killed")
 	err := h.opts.Engine.DestroySession(context.WithoutCancel(r.Context()), p, sb.ID)
 	if err != nil && !errors.Is(err, session.ErrNotFound) {
 		h.engineError(w, r, err, "killing sandbox "+sb.ID)
@@ -373,6 +374,9 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is already paused", sb.ID))
 		return
 	}
+	// Pausing ends the sandbox's processes; their pollers must not bring
+	// the session back.
+	h.cmds.stopSandbox(r.Context(), sb.ID, "its sandbox was paused")
 	err := h.opts.Engine.HibernateSession(r.Context(), p, sb.ID)
 	if err != nil && !errors.Is(err, session.ErrHibernated) { // idle sessions hibernate by themselves
 		h.engineError(w, r, err, "pausing sandbox "+sb.ID)

@@ -418,7 +418,6 @@ func TestProcessRefusals(t *testing.T) {
 		want string
 	}{
 		{"pty", map[string]any{"process": map[string]any{"cmd": "/bin/bash"}, "pty": map[string]any{"size": map[string]any{"cols": 80, "rows": 24}}}, "no PTY"},
-		{"stdin", map[string]any{"process": map[string]any{"cmd": "/bin/cat"}, "stdin": true}, "stdin"},
 		{"no command", map[string]any{"process": map[string]any{}}, "process.cmd is required"},
 		{"cwd outside", map[string]any{"process": map[string]any{"cmd": "/bin/true", "cwd": "/etc"}}, "outside /home/user"},
 		{"missing cwd", map[string]any{"process": map[string]any{"cmd": "/bin/true", "cwd": "/home/user/nope"}}, "is not a directory"},
@@ -429,9 +428,12 @@ func TestProcessRefusals(t *testing.T) {
 			t.Errorf("%s: end %s, want an error with %q", tt.name, end, tt.want)
 		}
 	}
-	for _, m := range []string{"SendInput", "CloseStdin", "Update"} {
-		if code, ce := unary(t, h, sb, "process.Process/"+m, map[string]any{"process": map[string]any{"pid": 1}}, nil); ce == nil || code != 501 {
-			t.Errorf("%s: %d %v, want 501 unimplemented", m, code, ce)
+	for _, tt := range []struct {
+		method string
+		code   int
+	}{{"SendInput", 404}, {"CloseStdin", 404}, {"Update", 501}, {"StreamInput", 501}} {
+		if code, ce := unary(t, h, sb, "process.Process/"+tt.method, map[string]any{"process": map[string]any{"pid": 1}}, nil); ce == nil || code != tt.code {
+			t.Errorf("%s: %d %v, want %d", tt.method, code, ce, tt.code)
 		}
 	}
 	// A user other than E2B's default is refused.

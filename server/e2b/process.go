@@ -1,25 +1,31 @@
 package e2b
 
 // envd's process.Process service: commands.run. A command runs as a child
-// of the session's agent (subprocess.Popen of /bin/bash -l -c CMD in a
-// run of the session), so it has the sandbox's confinement exactly: same
-// user, namespaces, seccomp filter, cgroup limits, read-only root. Its
-// stdout and stderr are the run's fds 1 and 2, which forge captures and
-// streams while the run goes; they become data events as they come.
+// of the session's agent (subprocess.Popen of /bin/bash -l -c CMD, started
+// by a short run in the session), so it has the sandbox's confinement
+// exactly: same user, namespaces, seccomp filter, cgroup limits, read-only
+// root. Its stdin (when asked for), stdout and stderr are pipes held by
+// threads of the agent (commandSnippet): output waits there, bounded, and
+// input queues there, bounded.
 //
-// What this cannot do, each refused with a Connect error that says so:
-// a PTY, input to a running command (stdin is /dev/null), attaching to a
-// running command from another call (Connect). Signals end a command with
-// SIGKILL to its process group. A command holds its session for as long
-// as it runs: run_code and other commands wait for it. The pid a command
-// gets is forge's handle for it, not its pid inside the sandbox.
+// A command does not hold its session: a poller on the host (one per
+// command) fetches its output in short runs, each at most pollWait long,
+// and fans it out to the streams attached to it (Start's, and Connect's).
+// Between those runs the session is free for run_code, files and other
+// commands; during any run the command runs (a session's sandbox is frozen
+// only between runs, and the poller keeps those gaps short). A client that
+// goes away leaves the command running, as E2B's envd does; Connect
+// re-attaches. The command ends when it exits, on SendSignal, at its
+// timeout, or with its sandbox (kill, pause, the timeout reaper).
+//
+// The pid a command gets is forge's handle for it, not its pid inside the
+// sandbox. PTYs are refused.
 
 import (
 	"context"
-	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"net/http"
 	"sort"
 	"strconv"
@@ -30,7 +36,7 @@ import (
 
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
-	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/sandbox"
 )
 
 // Limits of a command's request (on top of maxRPCMessage).
@@ -38,16 +44,28 @@ const (
 	maxArgs    = 4096
 	maxEnvs    = 1024
 	minTimeout = time.Second
-	// cmdGrace is the time between a command's own timeout, at which the
-	// sandbox kills its process group, and the run's, at which forge
-	// interrupts the run.
-	cmdGrace = 5 * time.Second
 	// defaultKeepalive is how often a quiet stream gets a keepalive event
 	// when the client names no Keepalive-Ping-Interval.
 	defaultKeepalive = 30 * time.Second
-	// maxPendingOutput bounds the output waiting for a slow client; past
-	// it the stream skips ahead and the rest comes from the run's result.
+	// maxPendingOutput bounds the output waiting for one slow client; past
+	// it that client's stream ends with resource_exhausted (the command
+	// goes on; Connect re-attaches).
 	maxPendingOutput = 4 << 20
+	// MaxStdinChunk is the most one SendInput may carry, and
+	// maxPendingStdin the most input a command may have queued unread in
+	// the sandbox (commandSnippet's MAX_STDIN): past either the call is
+	// refused naming the limit.
+	MaxStdinChunk   = 256 << 10
+	maxPendingStdin = 1 << 20
+	// pollWait is how long one poll waits in the sandbox for output, so
+	// how long it holds the session; pollChunk the most output one poll
+	// brings back (the sandbox keeps at most commandSnippet's MAX_PENDING
+	// per command, then the command blocks on its pipe, as with any slow
+	// reader).
+	pollWait  = 100 * time.Millisecond
+	pollChunk = 512 << 10 // base64, it stays within the agent's default output cap (1 MiB)
+	// opTimeout bounds one run of commandSnippet.
+	opTimeout = 15 * time.Second
 )
 
 // processConfig is process.ProcessConfig.
@@ -124,13 +142,34 @@ type commandTable struct {
 	runs map[string]map[uint32]*command // by sandbox id, then pid
 }
 
-// command is one running command.
+// command is one running command: its poller publishes events to the
+// streams attached to it until the command ends.
 type command struct {
 	pid    uint32
 	tag    *string
 	config processConfig
-	kill   context.CancelFunc // ends the run: the sandbox kills the process group
-	killed bool               // guarded by the table's mu
+	stdin  bool
+	limit  time.Duration      // its timeout
+	stop   context.CancelFunc // stops the poller (the sandbox is going away)
+	done   chan struct{}      // closed when the poller has finished
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	subs    map[*subscriber]struct{}
+	ended   bool
+	killed  bool // SendSignal was sent
+	timeout bool // killed at its timeout
+}
+
+// subscriber is one stream attached to a command: events queue here and
+// its handler sends them.
+type subscriber struct {
+	kick    chan struct{}
+	mu      sync.Mutex
+	queue   []processEvent
+	pending int
+	final   error // the stream's end (nil: {}), once ended is set
+	ended   bool
 }
 
 func (t *commandTable) add(sandboxID string, c *command) {
@@ -182,18 +221,100 @@ func (t *commandTable) find(sandboxID string, sel *processSelector) *command {
 	return nil
 }
 
-// signal kills c (SendSignal).
-func (t *commandTable) signal(c *command) {
+// stopSandbox stops the pollers of sandboxID's commands and waits for them
+// (at most until ctx ends): its sandbox is being paused or killed, which
+// ends the commands, and a poller must not bring the session back.
+func (t *commandTable) stopSandbox(ctx context.Context, sandboxID, why string) {
 	t.mu.Lock()
-	c.killed = true
+	var cs []*command
+	for _, c := range t.runs[sandboxID] {
+		cs = append(cs, c)
+	}
 	t.mu.Unlock()
-	c.kill()
+	for _, c := range cs {
+		c.finish(nil, connectErrorf(codeUnavailable, "the command ended: %s", why))
+		c.stop()
+	}
+	for _, c := range cs {
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
-func (t *commandTable) wasKilled(c *command) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return c.killed
+// subscribe attaches a stream; nil if the command has ended.
+func (c *command) subscribe() *subscriber {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return nil
+	}
+	s := &subscriber{kick: make(chan struct{}, 1)}
+	c.subs[s] = struct{}{}
+	return s
+}
+
+func (c *command) unsubscribe(s *subscriber) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.subs, s)
+}
+
+// publish queues ev to every attached stream; one that has more than
+// maxPendingOutput unsent is ended (its client reads too slowly).
+func (c *command) publish(ev processEvent, size int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for s := range c.subs {
+		s.mu.Lock()
+		if s.pending+size > maxPendingOutput {
+			s.ended, s.final = true, connectErrorf(codeResourceExhausted, "the client read the command's output too slowly (over %d bytes waiting); the command goes on: connect to pid %d again", maxPendingOutput, c.pid)
+			delete(c.subs, s)
+		} else {
+			s.queue = append(s.queue, ev)
+			s.pending += size
+		}
+		s.mu.Unlock()
+		s.wake()
+	}
+}
+
+// finish ends every attached stream with the end event or err (once).
+func (c *command) finish(end *endEvent, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return
+	}
+	c.ended = true
+	for s := range c.subs {
+		s.mu.Lock()
+		if end != nil {
+			s.queue = append(s.queue, processEvent{End: end})
+		}
+		s.ended, s.final = true, err
+		s.mu.Unlock()
+		s.wake()
+	}
+	c.subs = nil
+}
+
+func (s *subscriber) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the queued events, and whether the stream has ended.
+func (s *subscriber) take() ([]processEvent, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue
+	s.queue, s.pending = nil, 0
+	return q, s.ended, s.final
 }
 
 // serveProcess is POST /process.Process/{method}.
@@ -209,45 +330,79 @@ func (h *Handler) serveProcess(w http.ResponseWriter, r *http.Request, sb *Sandb
 	switch method {
 	case "Start":
 		h.startProcess(w, r, sb)
+	case "Connect":
+		h.connectProcess(w, r, sb)
 	case "List":
 		serveUnary(w, r, func(_ *http.Request, _ *struct{}) (*listResponse, error) {
 			return &listResponse{Processes: h.cmds.list(sb.ID)}, nil
 		})
 	case "SendSignal":
-		serveUnary(w, r, func(_ *http.Request, q *selectRequest) (*struct{}, error) {
+		serveUnary(w, r, func(r *http.Request, q *selectRequest) (*struct{}, error) {
+			return &struct{}{}, h.signalProcess(r.Context(), sb, q)
+		})
+	case "SendInput":
+		serveUnary(w, r, func(r *http.Request, q *inputRequest) (*struct{}, error) {
+			return &struct{}{}, h.sendInput(r.Context(), sb, q)
+		})
+	case "CloseStdin":
+		serveUnary(w, r, func(r *http.Request, q *selectRequest) (*struct{}, error) {
 			c, err := h.selectCommand(sb, q.Process)
 			if err != nil {
 				return nil, err
 			}
-			switch {
-			case q.Signal.IsName && (q.Signal.Name == "SIGNAL_SIGKILL" || q.Signal.Name == "SIGNAL_SIGTERM"),
-				!q.Signal.IsName && (q.Signal.Number == 9 || q.Signal.Number == 15):
-			default:
-				return nil, connectErrorf(codeInvalidArgument, "signal %v: want SIGNAL_SIGKILL or SIGNAL_SIGTERM", signalName(q.Signal))
-			}
-			h.cmds.signal(c)
-			return &struct{}{}, nil
+			return &struct{}{}, h.commandOp(r.Context(), sb, map[string]any{"op": "close", "id": c.pid}, nil)
 		})
-	case "Connect":
-		var q selectRequest
-		err := readStreamRequest(r, &q)
-		s := newStreamWriter(w)
-		if err != nil {
-			s.End(err)
-			return
-		}
-		if _, err := h.selectCommand(sb, q.Process); err != nil {
-			s.End(err)
-			return
-		}
-		s.End(connectErrorf(codeUnimplemented, "forge streams a command's output to the call that started it only; it cannot attach another stream to a running command"))
-	case "SendInput", "StreamInput", "CloseStdin":
-		writeConnectError(w, connectErrorf(codeUnimplemented, "process.Process/%s: forge runs commands with stdin at /dev/null and cannot send input to a running command; pass the input in the command itself (a pipe or a here-document)", method))
+	case "StreamInput":
+		writeConnectError(w, connectErrorf(codeUnimplemented, "process.Process/StreamInput (a client stream): forge takes input with SendInput (commands.send_stdin), at most %d bytes a call", MaxStdinChunk))
 	case "Update":
 		writeConnectError(w, errNoPTY)
 	default:
-		writeConnectError(w, connectErrorf(codeUnimplemented, "process.Process has no method %q here (forge serves Start, List, SendSignal)", truncate(method, 60)))
+		writeConnectError(w, connectErrorf(codeUnimplemented, "process.Process has no method %q here (forge serves Start, Connect, List, SendSignal, SendInput, CloseStdin)", truncate(method, 60)))
 	}
+}
+
+// inputRequest is process.SendInputRequest.
+type inputRequest struct {
+	Process *processSelector `json:"process"`
+	Input   *struct {
+		Stdin []byte          `json:"stdin"` // bytes: base64
+		Pty   json.RawMessage `json:"pty"`
+	} `json:"input"`
+}
+
+func (h *Handler) sendInput(ctx context.Context, sb *Sandbox, q *inputRequest) error {
+	c, err := h.selectCommand(sb, q.Process)
+	switch {
+	case err != nil:
+		return err
+	case q.Input == nil || len(q.Input.Pty) > 0 && string(q.Input.Pty) != "null":
+		return connectErrorf(codeInvalidArgument, "no input: give input.stdin (forge has no PTY)")
+	case !c.stdin:
+		return connectErrorf(codeFailedPrecondition, "process %d was started without stdin: start it with stdin=True to send it input", c.pid)
+	case len(q.Input.Stdin) > MaxStdinChunk:
+		return connectErrorf(codeInvalidArgument, "input of %d bytes, over forge's limit of %d bytes per SendInput: send it in smaller parts", len(q.Input.Stdin), MaxStdinChunk)
+	}
+	return h.commandOp(ctx, sb, map[string]any{"op": "input", "id": c.pid, "data": q.Input.Stdin}, nil)
+}
+
+func (h *Handler) signalProcess(ctx context.Context, sb *Sandbox, q *selectRequest) error {
+	c, err := h.selectCommand(sb, q.Process)
+	if err != nil {
+		return err
+	}
+	var sig syscall.Signal
+	switch {
+	case q.Signal.IsName && q.Signal.Name == "SIGNAL_SIGKILL", !q.Signal.IsName && q.Signal.Number == 9:
+		sig = syscall.SIGKILL
+	case q.Signal.IsName && q.Signal.Name == "SIGNAL_SIGTERM", !q.Signal.IsName && q.Signal.Number == 15:
+		sig = syscall.SIGTERM
+	default:
+		return connectErrorf(codeInvalidArgument, "signal %v: want SIGNAL_SIGKILL or SIGNAL_SIGTERM", signalName(q.Signal))
+	}
+	c.mu.Lock()
+	c.killed = true
+	c.mu.Unlock()
+	return h.commandOp(ctx, sb, map[string]any{"op": "signal", "id": c.pid, "sig": int(sig)}, nil)
 }
 
 var errNoPTY = connectErrorf(codeUnimplemented, "forge has no PTY (pseudo-terminal) for sandboxes: run commands with commands.run, whose output streams as it is produced")
@@ -297,8 +452,6 @@ func (h *Handler) checkStart(r *http.Request, sb *Sandbox, q *startRequest) (com
 		return spec, connectErrorf(codeInvalidArgument, "no command: process.cmd is required")
 	case len(q.Pty) > 0 && string(q.Pty) != "null":
 		return spec, errNoPTY
-	case q.Stdin != nil && *q.Stdin:
-		return spec, connectErrorf(codeUnimplemented, "stdin=True: forge runs commands with stdin at /dev/null and cannot send input to them; pass the input in the command itself (a pipe or a here-document)")
 	case len(q.Process.Args) > maxArgs:
 		return spec, connectErrorf(codeInvalidArgument, "%d arguments, over the limit of %d", len(q.Process.Args), maxArgs)
 	case len(q.Process.Envs)+len(sb.EnvVars) > maxEnvs:
@@ -330,7 +483,7 @@ func (h *Handler) checkStart(r *http.Request, sb *Sandbox, q *startRequest) (com
 	if spec.timeout, err = connectTimeout(r); err != nil {
 		return spec, err
 	}
-	maxT := time.Duration(h.config().Execution.MaxTimeout) - cmdGrace
+	maxT := time.Duration(h.config().Execution.MaxTimeout)
 	if spec.timeout == 0 || spec.timeout > maxT {
 		spec.timeout = maxT // the longest a run may take (execution.max_timeout)
 	}
@@ -338,18 +491,73 @@ func (h *Handler) checkStart(r *http.Request, sb *Sandbox, q *startRequest) (com
 	return spec, nil
 }
 
-// processSnippet runs the command as a child of the agent in its own
-// process group, waits for it with the command's timeout and kills the
-// group on a timeout or an interrupt (a signal from SendSignal, or the
-// client gone). It returns {"rc", "how"} or {"error": [code, message]}.
-const processSnippet = `
-import os, signal, subprocess, sys
+// commandSnippet keeps a sandbox's commands in the agent, in a module of
+// its own (sys.modules, not the user's namespace), across runs: the
+// process, a thread per pipe, their output waiting for the host's polls
+// (at most MAX_PENDING, then the reader waits, so the command blocks on
+// its pipe) and the input queued for its stdin (at most MAX_STDIN). Each
+// run does one op and prints one JSON line: {"ok": …} or {"error": [code,
+// message]}.
+const commandSnippet = `
+import base64, json, os, signal, subprocess, sys, threading, time, types
 
-def main(a):
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # /home/user is the workspace's E2B name; where the sandbox shows the
-    # workspace there too, commands see that name.
+MAX_PENDING = 4 << 20
+MAX_STDIN = %d
+
+def host():
+    m = sys.modules.get("_forge_e2b_commands")
+    if m is None:
+        m = types.ModuleType("_forge_e2b_commands")
+        m.procs, m.cv = {}, threading.Condition()
+        sys.modules[m.__name__] = m
+    return m
+
+def reader(m, rec, f, kind):
+    fd = f.fileno()
+    while True:
+        try:
+            b = os.read(fd, 65536)
+        except OSError:
+            b = b""
+        with m.cv:
+            if not b:
+                rec["open"] -= 1
+                m.cv.notify_all()
+                return
+            while rec["pending"] > MAX_PENDING and not rec["dropped"]:
+                m.cv.wait()
+            rec["events"].append((kind, b))
+            rec["pending"] += len(b)
+            m.cv.notify_all()
+
+def waiter(m, rec):
+    rc = rec["p"].wait()
+    with m.cv:
+        rec["rc"], rec["exited"] = rc, time.monotonic()
+        m.cv.notify_all()
+
+def writer(m, rec):
+    f = rec["p"].stdin
+    while True:
+        with m.cv:
+            while not rec["input"]:
+                m.cv.wait()
+            item = rec["input"].pop(0)
+        if item is None:
+            try:
+                f.close()
+            except OSError:
+                pass
+            return
+        try:
+            f.write(item)
+            f.flush()
+        except OSError:
+            pass  # the command closed its stdin or ended: the input is dropped, as in envd
+        with m.cv:
+            rec["queued"] -= len(item)
+
+def start(m, a):
     home, cwd = "/workspace", a["cwd"]
     try:
         if os.path.samefile("/home/user", "/workspace"):
@@ -357,38 +565,147 @@ def main(a):
     except OSError:
         pass
     if not os.path.isdir(cwd):
-        return {"error": ["invalid_argument", "cwd %s is not a directory" % a["shown_cwd"]]}
+        return {"error": ["invalid_argument", "cwd %%s is not a directory" %% a["shown_cwd"]]}
     env = dict(os.environ)
     env.update({"HOME": home, "USER": "user", "LOGNAME": "user", "PWD": cwd})
     env.update(a["env"])
-    p, how = None, "exit"
     try:
-        p = subprocess.Popen(a["argv"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        p = subprocess.Popen(a["argv"], cwd=cwd, env=env, bufsize=0,
+                             stdin=subprocess.PIPE if a["stdin"] else subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              start_new_session=True, close_fds=True)
-        p.wait(timeout=a["timeout"])
-    except subprocess.TimeoutExpired:
-        how = "timeout"
-    except KeyboardInterrupt:
-        how = "killed"
     except OSError as e:
-        return {"error": ["invalid_argument", "starting %s: %s" % (a["argv"][0], e.strerror or e)]}
-    if p is None:
-        return {"rc": -signal.SIGKILL, "how": how}
-    if p.returncode is None:
+        return {"error": ["invalid_argument", "starting %%s: %%s" %% (a["argv"][0], e.strerror or e)]}
+    rec = {"p": p, "events": [], "pending": 0, "open": 2, "rc": None, "exited": 0,
+           "input": [], "queued": 0, "dropped": False}
+    m.procs[a["id"]] = rec
+    for f, kind in ((p.stdout, "o"), (p.stderr, "e")):
+        threading.Thread(target=reader, args=(m, rec, f, kind), daemon=True).start()
+    threading.Thread(target=waiter, args=(m, rec), daemon=True).start()
+    if a["stdin"]:
+        threading.Thread(target=writer, args=(m, rec), daemon=True).start()
+    return {"ok": p.pid}
+
+def done(rec):
+    # Exited, and its pipes closed (or still held by a process it left
+    # behind, a second after it exited).
+    return rec["rc"] is not None and not rec["events"] and (
+        rec["open"] == 0 or time.monotonic() - rec["exited"] > 1)
+
+def poll(m, a):
+    rec = m.procs.get(a["id"])
+    if rec is None:
+        return {"error": ["not_found", "the command is gone from the sandbox (it was restarted)"]}
+    end = time.monotonic() + a["wait"]
+    with m.cv:
+        while not rec["events"] and not done(rec):
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            m.cv.wait(min(left, 0.05))
+        out, size = [], 0
+        while rec["events"] and size < a["chunk"]:
+            kind, b = rec["events"].pop(0)
+            out.append([kind, base64.b64encode(b).decode()])
+            size += len(b)
+        rec["pending"] -= size
+        m.cv.notify_all()
+        fin = done(rec)
+        if fin:
+            rec["dropped"] = True
+            del m.procs[a["id"]]
+            rc = rec["rc"]
+    return {"ok": {"out": out, "rc": rc if fin else None, "done": fin}}
+
+def main(a):
+    m = host()
+    if a["op"] == "start":
+        return start(m, a)
+    if a["op"] == "poll":
+        return poll(m, a)
+    rec = m.procs.get(a["id"])
+    if rec is None:
+        return {"error": ["not_found", "process %%d has ended" %% a["id"]]}
+    if a["op"] == "signal":
         try:
-            os.killpg(p.pid, signal.SIGKILL)
+            os.killpg(rec["p"].pid, a["sig"])
         except OSError:
             pass
-        while True:
-            try:
-                p.wait()
-                break
-            except KeyboardInterrupt:
-                pass
-    return {"rc": p.returncode, "how": how}
+        return {"ok": None}
+    with m.cv:
+        if a["op"] == "close":
+            if rec["p"].stdin is not None:
+                rec["input"].append(None)
+        else:
+            data = base64.b64decode(a["data"])
+            if rec["queued"] + len(data) > MAX_STDIN:
+                return {"error": ["resource_exhausted", "process %%d has %%d bytes of input it has not read; forge queues at most %%d bytes" %% (a["id"], rec["queued"], MAX_STDIN)]}
+            rec["input"].append(data)
+            rec["queued"] += len(data)
+        m.cv.notify_all()
+    return {"ok": None}
+
 `
 
-// startProcess is process.Process/Start: the command's events streamed.
+// commandCode is commandSnippet doing op args, in a namespace of its own.
+func commandCode(args map[string]any) (string, error) {
+	a, err := json.Marshal(args)
+	if err != nil {
+		return "", err
+	}
+	lit, _ := json.Marshal(string(a))
+	s, _ := json.Marshal(fmt.Sprintf(commandSnippet, maxPendingStdin) + "\nprint(json.dumps(main(json.loads(" + string(lit) + "))))\n")
+	return fmt.Sprintf("exec(%s, {'__name__': '__forge_e2b__'})", s), nil
+}
+
+// commandOp runs one op of commandSnippet in sb's running sandbox and
+// decodes its "ok" into out. It takes the session for the op only, and
+// bypasses the tenant gate: the command it serves was admitted at Start.
+func (h *Handler) commandOp(ctx context.Context, sb *Sandbox, args map[string]any, out any) error {
+	code, err := commandCode(args)
+	if err != nil {
+		return err
+	}
+	var line string
+	err = h.opts.Engine.WithSession(ctx, sb.Principal(), sb.ID, func(s *sandbox.Sandbox) error {
+		res, err := s.Exec(ctx, code, sandbox.ExecOptions{Timeout: opTimeout, KeepAlive: true, Grace: time.Second})
+		switch {
+		case err != nil:
+			return err
+		case res.OOMKilled:
+			return connectErrorf(codeResourceExhausted, "the sandbox ran out of memory (its memory limit); the session is lost")
+		case res.TimedOut:
+			return connectErrorf(codeDeadlineExceeded, "forge's command helper did not answer within %s", opTimeout)
+		case res.Error != nil:
+			return connectErrorf(codeInternal, "forge's command helper failed in the sandbox: %s: %s", res.Error.Type, truncate(res.Error.Message, 300))
+		}
+		line = strings.TrimSpace(res.Stdout)
+		return nil
+	})
+	if err != nil {
+		return engineError(err)
+	}
+	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+		line = line[i+1:]
+	}
+	var rep struct {
+		OK    json.RawMessage `json:"ok"`
+		Error []string        `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		return connectErrorf(codeInternal, "forge's command helper in the sandbox gave no reply it could read (%s)", truncate(line, 100))
+	}
+	if len(rep.Error) == 2 {
+		return &ConnectError{Code: rep.Error[0], Message: rep.Error[1]}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(rep.OK, out)
+}
+
+// startProcess is process.Process/Start: the command started, then its
+// events streamed until it ends or the client goes (it then runs on).
 func (h *Handler) startProcess(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
 	// The request is read before the response begins: net/http closes an
 	// HTTP/1 request's body once the response is under way.
@@ -404,82 +721,196 @@ func (h *Handler) startProcess(w http.ResponseWriter, r *http.Request, sb *Sandb
 		s.End(err)
 		return
 	}
-	ctx, kill := context.WithCancel(r.Context())
-	defer kill()
 	cfg := processConfig{Cmd: q.Process.Cmd, Args: q.Process.Args, Envs: q.Process.Envs, Cwd: q.Process.Cwd}
-	c := &command{tag: q.Tag, config: cfg, kill: kill}
+	pctx, stop := context.WithCancel(context.WithoutCancel(r.Context()))
+	c := &command{tag: q.Tag, config: cfg, stdin: q.Stdin != nil && *q.Stdin, limit: spec.timeout, stop: stop,
+		done: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 	h.cmds.add(sb.ID, c)
-	defer h.cmds.remove(sb.ID, c.pid)
-	if s.Send(eventResponse{Event: processEvent{Start: &startEvent{Pid: c.pid}}}) != nil {
-		return
-	}
-	pump := newOutputPump(s, keepaliveInterval(r))
-	defer pump.close()
 	cwdShown := HomeDir
 	if q.Process.Cwd != nil && *q.Process.Cwd != "" {
 		cwdShown = *q.Process.Cwd
 	}
-	args := map[string]any{"argv": spec.argv, "env": spec.env, "cwd": spec.cwd, "shown_cwd": cwdShown,
-		"timeout": spec.timeout.Seconds()}
-	res, err := h.runSnippet(ctx, sb, processSnippet, args, spec.timeout+cmdGrace, pump.add)
-	pump.close()
+	// Started through the execute path: the tenant gate, rate limits and
+	// the audit log see the command.
+	args := map[string]any{"op": "start", "id": c.pid, "argv": spec.argv, "env": spec.env, "cwd": spec.cwd,
+		"shown_cwd": cwdShown, "stdin": c.stdin}
+	if err := h.startCommand(pctx, sb, args); err != nil {
+		h.cmds.remove(sb.ID, c.pid)
+		stop()
+		close(c.done)
+		s.End(err)
+		return
+	}
+	sub := c.subscribe()
+	go h.pollCommand(pctx, sb, c, time.Now().Add(spec.timeout))
+	if s.Send(eventResponse{Event: processEvent{Start: &startEvent{Pid: c.pid}}}) != nil {
+		c.unsubscribe(sub)
+		return
+	}
+	h.follow(r.Context(), s, c, sub, keepaliveInterval(r))
+}
+
+// startCommand runs the start op through the server's execute path.
+func (h *Handler) startCommand(ctx context.Context, sb *Sandbox, args map[string]any) error {
+	code, err := commandCode(args)
 	if err != nil {
-		if h.cmds.wasKilled(c) {
-			err = nil
-			res = &kernel.Result{Result: map[string]any{"rc": json.Number("-9"), "how": "killed"}}
-		} else if ctx.Err() != nil {
-			return // the client is gone
-		} else {
-			s.End(err)
+		return err
+	}
+	if h.opts.Execute == nil {
+		return connectErrorf(codeUnavailable, "forge's E2B face has no execute path configured")
+	}
+	res, err := h.opts.Execute(ctx, engine.Request{Principal: sb.Principal(), Client: "e2b", Code: code,
+		SessionID: sb.ID, Image: sb.Image, Timeout: opTimeout})
+	switch {
+	case err != nil:
+		return engineError(err)
+	case res.OOMKilled:
+		return connectErrorf(codeResourceExhausted, "the sandbox ran out of memory (its memory limit); the session is lost")
+	case res.Error != nil:
+		return connectErrorf(codeInternal, "forge's command helper failed in the sandbox: %s: %s", res.Error.Type, truncate(res.Error.Message, 300))
+	}
+	var rep struct {
+		Error []string `json:"error"`
+	}
+	line := strings.TrimSpace(res.Stdout)
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		return connectErrorf(codeInternal, "forge's command helper in the sandbox gave no reply it could read (%s)", truncate(line, 100))
+	}
+	if len(rep.Error) == 2 {
+		return &ConnectError{Code: rep.Error[0], Message: rep.Error[1]}
+	}
+	return nil
+}
+
+// connectProcess is process.Process/Connect: a stream attached to a
+// running command, from its next output on.
+func (h *Handler) connectProcess(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
+	var q selectRequest
+	err := readStreamRequest(r, &q)
+	s := newStreamWriter(w)
+	if err != nil {
+		s.End(err)
+		return
+	}
+	c, err := h.selectCommand(sb, q.Process)
+	if err != nil {
+		s.End(err)
+		return
+	}
+	sub := c.subscribe()
+	if sub == nil {
+		s.End(connectErrorf(codeNotFound, "process with pid %d has ended", c.pid))
+		return
+	}
+	if s.Send(eventResponse{Event: processEvent{Start: &startEvent{Pid: c.pid}}}) != nil {
+		c.unsubscribe(sub)
+		return
+	}
+	h.follow(r.Context(), s, c, sub, keepaliveInterval(r))
+}
+
+// follow sends sub's events to s, with keepalives, until the command ends
+// (the stream then ends) or ctx does (the client left; the command goes
+// on).
+func (h *Handler) follow(ctx context.Context, s *streamWriter, c *command, sub *subscriber, keepalive time.Duration) {
+	defer c.unsubscribe(sub)
+	t := time.NewTicker(keepalive)
+	defer t.Stop()
+	for {
+		select {
+		case <-sub.kick:
+		case <-t.C:
+			if s.Send(eventResponse{Event: processEvent{Keepalive: &struct{}{}}}) != nil {
+				return
+			}
+			continue
+		case <-ctx.Done():
+			return
+		}
+		evs, ended, final := sub.take()
+		for _, ev := range evs {
+			if s.Send(eventResponse{Event: ev}) != nil {
+				return
+			}
+		}
+		if ended {
+			s.End(final)
 			return
 		}
 	}
-	s.End(h.finishProcess(s, pump, res, spec, h.cmds.wasKilled(c)))
 }
 
-// finishProcess sends the output the stream skipped and the end event of
-// res; its error, if any, ends the stream.
-func (h *Handler) finishProcess(s *streamWriter, pump *outputPump, res *kernel.Result, spec commandSpec, killed bool) error {
-	var rep struct {
-		RC    *int     `json:"rc"`
-		How   string   `json:"how"`
-		Error []string `json:"error"`
+// pollCommand fetches c's output and end from the sandbox, publishes them,
+// and kills c at its deadline. It ends with the command, or when ctx does
+// (stopSandbox).
+func (h *Handler) pollCommand(ctx context.Context, sb *Sandbox, c *command, deadline time.Time) {
+	defer close(c.done)
+	defer h.cmds.remove(sb.ID, c.pid)
+	defer c.stop()
+	for {
+		if ctx.Err() != nil {
+			c.finish(nil, connectErrorf(codeUnavailable, "the command ended with its sandbox"))
+			return
+		}
+		if !c.timeoutHit() && time.Now().After(deadline) {
+			c.mu.Lock()
+			c.timeout = true
+			c.mu.Unlock()
+			_ = h.commandOp(ctx, sb, map[string]any{"op": "signal", "id": c.pid, "sig": int(syscall.SIGKILL)}, nil)
+		}
+		var rep struct {
+			Out  [][2]string `json:"out"`
+			RC   *int        `json:"rc"`
+			Done bool        `json:"done"`
+		}
+		err := h.commandOp(ctx, sb, map[string]any{"op": "poll", "id": c.pid, "wait": pollWait.Seconds(), "chunk": pollChunk}, &rep)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.finish(nil, err)
+			}
+			return
+		}
+		for _, o := range rep.Out {
+			b, err := base64.StdEncoding.DecodeString(o[1])
+			if err != nil {
+				continue
+			}
+			ev := dataEvent{Stdout: b}
+			if o[0] == "e" {
+				ev = dataEvent{Stderr: b}
+			}
+			c.publish(processEvent{Data: &ev}, len(b))
+		}
+		if rep.Done {
+			c.finish(h.endOf(c, rep.RC))
+			return
+		}
 	}
-	b, _ := json.Marshal(res.Result)
-	_ = json.Unmarshal(b, &rep)
-	switch {
-	case killed && rep.RC == nil:
-		rep.How = "killed" // interrupted before the snippet could answer
-	case len(rep.Error) == 2:
-		return &ConnectError{Code: rep.Error[0], Message: rep.Error[1]}
-	case res.OOMKilled:
-		return connectErrorf(codeResourceExhausted, "the sandbox ran out of memory (its memory limit) while the command ran; the session is lost")
-	case res.TimedOut || rep.How == "timeout":
-		return connectErrorf(codeDeadlineExceeded, "the command did not finish within %s and was killed (the call's timeout, at most execution.max_timeout)", spec.timeout)
-	case res.Error != nil:
-		return connectErrorf(codeInternal, "forge's command runner failed in the sandbox: %s: %s", res.Error.Type, truncate(res.Error.Message, 300))
-	case rep.RC == nil && !killed:
-		return connectErrorf(codeInternal, "the command's run ended without an exit status")
+}
+
+func (c *command) timeoutHit() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.timeout
+}
+
+// endOf is the end event of a command that exited with rc (negative: the
+// signal that killed it), or the error its stream ends with.
+func (h *Handler) endOf(c *command, rc *int) (*endEvent, error) {
+	if c.timeoutHit() {
+		return nil, connectErrorf(codeDeadlineExceeded, "the command did not finish within %s and was killed (the call's timeout, at most execution.max_timeout)", c.limit)
 	}
-	pump.rest(res.Stdout, res.Stderr)
 	end := &endEvent{}
-	rc := -int(syscall.SIGKILL)
-	if rep.RC != nil {
-		rc = *rep.RC
+	code := -int(syscall.SIGKILL)
+	if rc != nil {
+		code = *rc
 	}
-	if rc >= 0 {
-		end.ExitCode, end.Exited, end.Status = int32(rc), true, fmt.Sprintf("exit status %d", rc)
+	if code >= 0 {
+		end.ExitCode, end.Exited, end.Status = int32(code), true, fmt.Sprintf("exit status %d", code)
 	} else {
-		end.ExitCode, end.Status = -1, "signal: "+syscall.Signal(-rc).String()
+		end.ExitCode, end.Status = -1, "signal: "+syscall.Signal(-code).String()
 	}
-	if res.Truncated {
-		msg := fmt.Sprintf("the output over %d bytes per stream (execution.output_limit) was cut", h.config().Execution.OutputLimit)
-		end.Error = &msg
-	}
-	if err := s.Send(eventResponse{Event: processEvent{End: end}}); err != nil {
-		return err
-	}
-	return nil
+	return end, nil
 }
 
 func (h *Handler) config() *profiles.Config {
@@ -496,134 +927,4 @@ func keepaliveInterval(r *http.Request) time.Duration {
 		return time.Duration(min(n, 60)) * time.Second
 	}
 	return defaultKeepalive
-}
-
-// outputPump turns the run's progress reports into data events without
-// blocking the engine: reports queue, one goroutine sends them, and a
-// keepalive goes out when nothing else did for a while. The end of the
-// output comes from the run's result (rest); when reports lost output (the
-// run wrote faster than it streams, or the client read slower), the
-// stream stops there and rest sends all the remainder, so the client gets
-// every byte the result has, in order per stream.
-type outputPump struct {
-	s    *streamWriter
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
-
-	// mu guards the fields below.
-	mu      sync.Mutex
-	queue   []dataEvent
-	pending int
-	broken  bool         // output was lost: stream no more, rest fills in
-	sent    [2]int       // bytes of stdout, stderr sent
-	sums    [2]hash.Hash // sha256 of what was sent, to check rest's prefix
-}
-
-func newOutputPump(s *streamWriter, keepalive time.Duration) *outputPump {
-	p := &outputPump{s: s, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
-		sums: [2]hash.Hash{sha256.New(), sha256.New()}}
-	go p.loop(keepalive)
-	return p
-}
-
-// add queues a report (the engine's Progress callback; never blocks).
-func (p *outputPump) add(r engine.Progress) {
-	if r.Stdout == "" && r.Stderr == "" && r.Skipped == 0 {
-		return
-	}
-	p.mu.Lock()
-	switch {
-	case p.broken:
-	case r.Skipped > 0 || p.pending+len(r.Stdout)+len(r.Stderr) > maxPendingOutput:
-		p.broken = true
-	default:
-		for i, out := range []string{r.Stdout, r.Stderr} {
-			if out == "" {
-				continue
-			}
-			ev := dataEvent{Stdout: []byte(out)}
-			if i == 1 {
-				ev = dataEvent{Stderr: []byte(out)}
-			}
-			p.queue = append(p.queue, ev)
-			p.pending += len(out)
-			p.sent[i] += len(out)
-			p.sums[i].Write([]byte(out))
-		}
-	}
-	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (p *outputPump) loop(keepalive time.Duration) {
-	defer close(p.done)
-	t := time.NewTicker(keepalive)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.kick:
-			p.flush()
-		case <-t.C:
-			if p.s.Send(eventResponse{Event: processEvent{Keepalive: &struct{}{}}}) != nil {
-				return
-			}
-		case <-p.stop:
-			p.flush()
-			return
-		}
-	}
-}
-
-// flush sends the queued data events.
-func (p *outputPump) flush() {
-	p.mu.Lock()
-	q := p.queue
-	p.queue, p.pending = nil, 0
-	p.mu.Unlock()
-	for _, ev := range q {
-		if p.s.Send(eventResponse{Event: processEvent{Data: &ev}}) != nil {
-			return
-		}
-	}
-}
-
-// close sends what is queued and stops the pump (idempotent).
-func (p *outputPump) close() {
-	p.once.Do(func() { close(p.stop) })
-	<-p.done
-}
-
-// rest sends, after close, the output that did not stream (the last
-// moments of the run, or what the stream lost): the part of the result's
-// stdout and stderr beyond what was sent, when what was sent is the
-// result's beginning.
-func (p *outputPump) rest(stdout, stderr string) {
-	p.mu.Lock()
-	sent, sums := p.sent, p.sums
-	p.mu.Unlock()
-	for i, out := range []string{stdout, stderr} {
-		if len(out) <= sent[i] {
-			continue
-		}
-		prefix := sha256.Sum256([]byte(out[:sent[i]]))
-		if string(prefix[:]) != string(sums[i].Sum(nil)) {
-			continue // the result's text differs from what streamed: leave it
-		}
-		for chunk := out[sent[i]:]; chunk != ""; {
-			n := min(len(chunk), 64<<10)
-			ev := dataEvent{Stdout: []byte(chunk[:n])}
-			if i == 1 {
-				ev = dataEvent{Stderr: []byte(chunk[:n])}
-			}
-			if p.s.Send(eventResponse{Event: processEvent{Data: &ev}}) != nil {
-				return
-			}
-			chunk = chunk[n:]
-		}
-	}
 }

@@ -254,6 +254,58 @@ def test_commands_stream(sandbox):
     assert done - first_at[0] > 1.0, "the first line came only at the end: not streamed"
 
 
+def test_commands_stdin(sandbox):
+    handle = sandbox.commands.run("cat; echo end", background=True, stdin=True)
+    sandbox.commands.send_stdin(handle.pid, "hello\n")
+    sandbox.commands.send_stdin(handle.pid, b"bytes\x00\xff\n")
+    sandbox.commands.close_stdin(handle.pid)
+    result = handle.wait()
+    assert result.exit_code == 0
+    assert result.stdout == "hello\nbytes\x00\ufffd\nend\n"
+    # Input is bounded; the error names the limit.
+    handle = sandbox.commands.run("sleep 30", background=True, stdin=True)
+    with pytest.raises(SandboxException, match="262144 bytes"):
+        sandbox.commands.send_stdin(handle.pid, b"x" * (256 * 1024 + 1))
+    # A command started without stdin takes none.
+    plain = sandbox.commands.run("sleep 30", background=True)
+    with pytest.raises(SandboxException, match="stdin=True"):
+        sandbox.commands.send_stdin(plain.pid, "x")
+    assert handle.kill() is True
+    assert plain.kill() is True
+
+
+def test_commands_kill_signal(sandbox):
+    handle = sandbox.commands.run("echo started; sleep 30", background=True)
+    assert next(iter(handle))[0] == "started\n"  # (stdout, stderr, pty)
+    assert sandbox.commands.kill(handle.pid) is True
+    with pytest.raises(CommandExitException) as info:
+        handle.wait()
+    assert info.value.exit_code == -1
+    assert sandbox.commands.kill(handle.pid) is False  # gone already
+
+
+def test_command_does_not_block_run_code(sandbox):
+    handle = sandbox.commands.run("sleep 20; echo late", background=True)
+    start = time.monotonic()
+    assert sandbox.run_code("1 + 1").text == "2"
+    assert sandbox.commands.run("echo beside").stdout == "beside\n"
+    sandbox.files.write("while.txt", "written")
+    assert time.monotonic() - start < 5, "run_code, commands and files waited for the running command"
+    assert [p.pid for p in sandbox.commands.list()] == [handle.pid]
+    handle.kill()
+
+
+def test_command_survives_disconnect_and_connect(sandbox):
+    handle = sandbox.commands.run("for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.3; done", background=True)
+    assert next(iter(handle))[0] == "tick 1\n"
+    handle.disconnect()  # the SDK leaves: the command goes on
+    again = sandbox.commands.connect(handle.pid)
+    result = again.wait()
+    assert result.exit_code == 0
+    assert result.stdout.endswith("tick 6\n")
+    assert sandbox.commands.list() == []
+
+
 # ---------------------------------------------------------------- the control plane
 
 
