@@ -319,6 +319,7 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 	}
 	h.reg.remove(sb.ID)
 	h.cmds.stopSandbox(r.Context(), sb.ID, "its sandbox was killed")
+	h.ctxs.forget(sb.ID)
 	err := h.opts.Engine.DestroySession(context.WithoutCancel(r.Context()), p, sb.ID)
 	if err != nil && !errors.Is(err, session.ErrNotFound) {
 		h.engineError(w, r, err, "killing sandbox "+sb.ID)

@@ -123,6 +123,7 @@ type Handler struct {
 	stopOnce sync.Once
 
 	cmds commandTable // running commands (process.go)
+	ctxs contextTable // Python contexts (contexts.go)
 }
 
 // New loads the sandboxes of <state_dir>/e2b and starts the reaper that

@@ -18,15 +18,16 @@ import (
 )
 
 // The code interpreter (port 49999): POST /execute streams JSON lines, as
-// E2B's Jupyter server does; contexts are the sandbox's Python namespace.
+// E2B's Jupyter server does; contexts (contexts.go) are Python namespaces
+// of the sandbox's one interpreter.
 
 // keepaliveEvery is how often /execute writes a keepalive line while the
 // code runs: the SDKs ignore it, and a failed write tells forge the client
 // went away (the run is then interrupted).
 var keepaliveEvery = 5 * time.Second
 
-// DefaultContext is the id of a sandbox's one Python context: the
-// session's namespace.
+// DefaultContext is the id of a sandbox's first Python context, which
+// every run without a context_id uses.
 const DefaultContext = "default"
 
 type executeRequest struct {
@@ -54,14 +55,21 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("language %q: forge sandboxes run Python only; run other languages through commands.run", truncate(*req.Language, 40)))
 		return
 	}
-	if req.ContextID != nil && *req.ContextID != "" && *req.ContextID != DefaultContext {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: sandbox %s has one context, %q", truncate(*req.ContextID, 80), sb.ID, DefaultContext))
-		return
+	ctxID := DefaultContext
+	if req.ContextID != nil && *req.ContextID != "" {
+		ctxID = *req.ContextID
 	}
 	if msg := checkMap("env_vars", req.EnvVars); msg != "" {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
+	// The context's namespace is the live one for the whole run.
+	unlock, err := h.ctxs.enter(r.Context(), h, sb, ctxID)
+	if err != nil {
+		h.contextError(w, r, err, sb)
+		return
+	}
+	defer unlock()
 	up, err := h.reg.update(sb.ID, func(s *Sandbox) { s.Executions++ })
 	if err != nil {
 		writeError(w, http.StatusBadGateway, notRunning(sb.ID))
@@ -408,58 +416,4 @@ func (l *lineWriter) send(v any) {
 func (l *lineWriter) close() {
 	close(l.stop)
 	<-l.done
-}
-
-func (h *Handler) listContexts(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
-	writeJSON(w, http.StatusOK, []contextInfo{{ID: DefaultContext, Language: "python", Cwd: HomeDir}})
-}
-
-// createContext answers the sandbox's one context: forge keeps one Python
-// namespace per sandbox.
-func (h *Handler) createContext(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
-	var req struct {
-		Language string `json:"language"`
-		Cwd      string `json:"cwd"`
-	}
-	if !decodeBody(w, r, &req) {
-		return
-	}
-	if req.Language != "" && req.Language != "python" {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("language %q: forge sandboxes run Python only; run other languages through commands.run", truncate(req.Language, 40)))
-		return
-	}
-	if req.Cwd != "" && req.Cwd != HomeDir && req.Cwd != HomeDir+"/" {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("cwd %q: a forge sandbox's context works in %s", truncate(req.Cwd, 100), HomeDir))
-		return
-	}
-	writeJSON(w, http.StatusOK, contextInfo{ID: DefaultContext, Language: "python", Cwd: HomeDir})
-}
-
-// restartContext empties the namespace (files stay), as a kernel restart.
-func (h *Handler) restartContext(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
-	if !h.knownContext(w, r, sb) {
-		return
-	}
-	const clear = "for _k in [k for k in globals() if not k.startswith('__') and k != 'display']: del globals()[_k]\n" + setupCode
-	_, err := h.opts.Execute(r.Context(), engine.Request{Principal: sb.Principal(), Client: "e2b", Code: clear, SessionID: sb.ID, Env: sb.EnvVars})
-	if err != nil {
-		h.engineError(w, r, err, "restarting the context of sandbox "+sb.ID)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (h *Handler) removeContext(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
-	if !h.knownContext(w, r, sb) {
-		return
-	}
-	writeError(w, http.StatusBadRequest, fmt.Sprintf("context %q is sandbox %s's only one; kill the sandbox to end it", DefaultContext, sb.ID))
-}
-
-func (h *Handler) knownContext(w http.ResponseWriter, r *http.Request, sb *Sandbox) bool {
-	if id := r.PathValue("ctx"); id != DefaultContext {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("context %q not found: sandbox %s has one context, %q", truncate(id, 80), sb.ID, DefaultContext))
-		return false
-	}
-	return true
 }

@@ -39,6 +39,7 @@ func (h *Handler) reap() {
 		h.reg.remove(sb.ID)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		h.cmds.stopSandbox(ctx, sb.ID, "its sandbox reached its timeout")
+		h.ctxs.forget(sb.ID)
 		err := h.opts.Engine.DestroySession(ctx, sb.Principal(), sb.ID)
 		cancel()
 		if err != nil && !errors.Is(err, session.ErrNotFound) {

@@ -254,6 +254,30 @@ def test_commands_stream(sandbox):
     assert done - first_at[0] > 1.0, "the first line came only at the end: not streamed"
 
 
+def test_code_contexts(sandbox):
+    sandbox.run_code("x = 'default'")
+    a = sandbox.create_code_context()
+    sandbox.files.make_dir("sub")
+    b = sandbox.create_code_context(cwd="/home/user/sub")
+    assert [c.id for c in sandbox.list_code_contexts()][-2:] == [a.id, b.id]
+    assert sandbox.run_code("x = 'a'", context=a).error is None
+    # Each context has its own variables ...
+    assert sandbox.run_code("x", context=b).error.name == "NameError"
+    assert sandbox.run_code("x", context=a).text == "a"
+    assert sandbox.run_code("x").text == "default"
+    assert sandbox.run_code("import os; os.getcwd()", context=b).text.endswith("/sub")
+    # ... and the sandbox's files are the same for all.
+    sandbox.run_code("open('/home/user/ctx.txt', 'w').write('from a')", context=a)
+    assert sandbox.run_code("open('/home/user/ctx.txt').read()").text == "from a"
+    sandbox.restart_code_context(a)
+    assert sandbox.run_code("x", context=a).error.name == "NameError"
+    assert sandbox.run_code("x").text == "default"
+    sandbox.remove_code_context(b.id)
+    assert b.id not in [c.id for c in sandbox.list_code_contexts()]
+    with pytest.raises(Exception, match="not found"):
+        sandbox.run_code("1", context=b)
+
+
 def test_commands_stdin(sandbox):
     handle = sandbox.commands.run("cat; echo end", background=True, stdin=True)
     sandbox.commands.send_stdin(handle.pid, "hello\n")
