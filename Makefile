@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build oci image image-data image-trixie test-images run test test-sdk test-clients test-v2 test-api test-e2b bench-e2b test-deploy load stress fuzz bench lint clean
+.PHONY: FORCE all deps build oci image image-data image-trixie test-images run test test-sdk test-clients test-v2 test-api test-e2b test-agentsandbox bench-e2b test-deploy load stress fuzz bench lint clean
 
 all: build
 
@@ -87,6 +87,7 @@ test: build test-images $(MCPSERVER)
 	$(MAKE) --no-print-directory test-sdk
 	$(MAKE) --no-print-directory test-api
 	$(MAKE) --no-print-directory test-e2b
+	$(MAKE) --no-print-directory test-agentsandbox
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
 	$(MAKE) --no-print-directory test-v2
 
@@ -117,6 +118,12 @@ test-e2b: build test-images
 
 bench-e2b: build test-images
 	scripts/test-e2b.sh --bench-only
+
+# The official kubernetes-sigs/agent-sandbox client (k8s-agent-sandbox, pinned,
+# in a venv) against forge serve's agent-sandbox face, in its direct mode;
+# see docs/deploy.md, agent-sandbox.
+test-agentsandbox: build test-images
+	scripts/test-agentsandbox.sh
 
 # 60 s of POST /api/v1/execute at concurrency 16 against bin/forge serve:
 # no 5xx, flat RSS, p50/p99 printed (make test runs a 10 s form).

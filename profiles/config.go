@@ -25,6 +25,7 @@ type Config struct {
 	HostedTools        HostedToolsConfig        `yaml:"hosted_tools" doc:"Hosted tools: @tool functions of a forge_tools module served as MCP tools beside execute_python, each call in a fresh sandbox that already imported the module."`
 	Sandbox            SandboxConfig            `yaml:"sandbox" doc:"How sandboxes are made: containers, or children forked from a warm template (zygote)."`
 	E2B                E2BConfig                `yaml:"e2b" doc:"The E2B face: the E2B SDKs' protocol on the HTTP listener (docs/e2b.md)."`
+	AgentSandbox       AgentSandboxConfig       `yaml:"agent_sandbox" doc:"The agent-sandbox face: the runtime API of kubernetes-sigs/agent-sandbox's python-runtime on the HTTP listener (docs/deploy.md, agent-sandbox)."`
 	Cluster            ClusterConfig            `yaml:"cluster" doc:"Several replicas serving the same sessions from a shared directory (docs/deploy.md). Off by default."`
 	Profiles           map[string]Profile       `yaml:"profiles" doc:"Named sandbox profiles. The built-in profile \"default\" is derived from execution.* and security.seccomp_profile; a named profile overrides any of its fields and must stay within the execution maxima."`
 }

@@ -60,6 +60,7 @@ func (c *Config) Validate() error {
 	c.validateHosted(&p)
 	c.validateSandbox(&p)
 	c.validateE2B(&p)
+	c.validateAgentSandbox(&p)
 	c.validateCluster(&p)
 	c.validateProfiles(&p)
 	return errors.Join(p...)

@@ -15,6 +15,10 @@ func TestValidate(t *testing.T) {
 		is     error  // and wrap this, when set
 	}{
 		{"relative state_dir", func(c *Config) { c.StateDir = "var/forge" }, "state_dir: must be an absolute path", nil},
+		{"agent_sandbox prefix under /api", func(c *Config) { c.AgentSandbox.PathPrefix = "/api/x" }, `agent_sandbox.path_prefix: "/api/x" is under forge's own /api`, nil},
+		{"agent_sandbox prefix trailing slash", func(c *Config) { c.AgentSandbox.PathPrefix = "/as/" }, `agent_sandbox.path_prefix: "/as/": want`, nil},
+		{"agent_sandbox prefix empty when on", func(c *Config) { c.AgentSandbox.Enabled, c.AgentSandbox.PathPrefix = true, "" }, `agent_sandbox.path_prefix: "": want`, nil},
+		{"agent_sandbox image", func(c *Config) { c.AgentSandbox.Image = "docker.io/evil:1" }, `agent_sandbox.image: "docker.io/evil:1": want an image`, nil},
 		{"empty name", func(c *Config) { c.Server.Name = " " }, "server.name: must not be empty", nil},
 		{"transport", func(c *Config) { c.Server.Transport = "sse" }, `server.transport: must be one of stdio, http, got "sse"`, nil},
 		{"http_addr", func(c *Config) { c.Server.HTTPAddr = "8080" }, "server.http_addr: want host:port", nil},

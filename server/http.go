@@ -104,6 +104,7 @@ func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Con
 	mux := http.NewServeMux()
 	mux.Handle(EndpointPath, s.precheckHTTP(p, mcpHTTP))
 	s.mountService(mux)
+	s.mountAgentSandbox(mux)
 	var next http.Handler = mux
 	if h := s.e2bFace(); h != nil {
 		// The E2B face's requests (by path and header) authenticate

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/semaphore"
 
+	"github.com/mcp-forge/forge/server/agentsandbox"
 	"github.com/mcp-forge/forge/server/rest"
 )
 
@@ -40,6 +41,9 @@ type bodyLimits struct {
 	// e2b: the E2B face owns the request (its bodies are bounded by
 	// rest plus a multipart envelope's room).
 	e2b func(*http.Request) bool
+	// agentSandbox: the path is the agent-sandbox face's (bounded like
+	// the E2B face's).
+	agentSandbox func(path string) bool
 }
 
 func (s *Server) newBodyLimits() *bodyLimits {
@@ -50,6 +54,9 @@ func (s *Server) newBodyLimits() *bodyLimits {
 	}
 	b.size = max(int64(s.cfg.Server.MaxBodyInFlight), b.mcp, b.rest+e2bEnvelope)
 	b.e2b = s.e2b.Owns
+	if a := s.cfg.AgentSandbox; a.Enabled {
+		b.agentSandbox = func(path string) bool { return agentsandbox.OwnsPath(a.PathPrefix, path) }
+	}
 	b.budget = semaphore.NewWeighted(b.size)
 	return b
 }
@@ -81,7 +88,7 @@ func (b *bodyLimits) wrap(next http.Handler) http.Handler {
 			return
 		}
 		limit := b.limit(r.URL.Path)
-		if limit == 0 && b.e2b != nil && b.e2b(r) {
+		if limit == 0 && (b.e2b != nil && b.e2b(r) || b.agentSandbox != nil && b.agentSandbox(r.URL.Path)) {
 			limit = b.rest + e2bEnvelope
 		}
 		if r.ContentLength > limit {

@@ -9,4 +9,4 @@ const defaultInstructions = "forge runs Python 3 in isolated sandboxes. Use exec
 var settingNames = []string{"FORGE_STATE_DIR"}
 
 // sectionPrefixes begin the FORGE_* variables of its sections' settings.
-var sectionPrefixes = []string{"FORGE_SERVER_", "FORGE_EXECUTION_", "FORGE_LIMITS_", "FORGE_IMAGES_", "FORGE_SESSIONS_", "FORGE_VOLUMES_", "FORGE_SECURITY_", "FORGE_ENVIRONMENT_BUILDER_", "FORGE_MCP_TOOLS_", "FORGE_POOL_", "FORGE_HOSTED_TOOLS_", "FORGE_SANDBOX_", "FORGE_E2B_", "FORGE_CLUSTER_", "FORGE_PROFILES_"}
+var sectionPrefixes = []string{"FORGE_SERVER_", "FORGE_EXECUTION_", "FORGE_LIMITS_", "FORGE_IMAGES_", "FORGE_SESSIONS_", "FORGE_VOLUMES_", "FORGE_SECURITY_", "FORGE_ENVIRONMENT_BUILDER_", "FORGE_MCP_TOOLS_", "FORGE_POOL_", "FORGE_HOSTED_TOOLS_", "FORGE_SANDBOX_", "FORGE_E2B_", "FORGE_AGENT_SANDBOX_", "FORGE_CLUSTER_", "FORGE_PROFILES_"}
