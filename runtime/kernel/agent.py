@@ -513,6 +513,8 @@ class _Display:
             try:
                 fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
                 self.add("image/png", _b64encode(buf.getvalue()))
+                # Its repr beside it ("<Figure size 640x480 with 1 Axes>"), as Jupyter sends.
+                self.add("text/plain", _safe_repr(fig, RESULT_LIMIT))
             except KeyboardInterrupt:
                 raise
             except Exception as e:

@@ -202,7 +202,7 @@ func TestExec(t *testing.T) {
 		// matplotlib is not on the host: a stand-in pyplot exercises the figure capture.
 		{"open figures become images", fakePyplot + "plt.figure(1)\nplt.figure(2)\nprint(plt.get_fignums())", func(t *testing.T, r *Result) {
 			wantOutput("[1, 2]\n", "")(t, r)
-			want := []Display{{"image/png", "cG5nMQ=="}, {"image/png", "cG5nMg=="}}
+			want := []Display{{"image/png", "cG5nMQ=="}, {"text/plain", "<Figure 1>"}, {"image/png", "cG5nMg=="}, {"text/plain", "<Figure 2>"}}
 			if diff := cmp.Diff(want, r.Display); diff != "" {
 				t.Errorf("(-want +got)\n%s", diff)
 			}
@@ -234,6 +234,7 @@ plt = types.ModuleType("matplotlib.pyplot")
 class Figure:
     def __init__(self, n): self.n = n
     def savefig(self, f, format, dpi, bbox_inches): f.write(b"png%d" % self.n)
+    def __repr__(self): return "<Figure %d>" % self.n
 figs = {}
 plt.figure = lambda n: figs.setdefault(n, Figure(n))
 plt.get_fignums = lambda: sorted(figs)

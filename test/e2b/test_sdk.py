@@ -135,6 +135,8 @@ def test_matplotlib_png(sandbox):
     result = execution.results[0]
     assert "png" in list(result.formats())
     assert base64.b64decode(result.png).startswith(PNG_MAGIC)
+    # The figure's repr comes beside its image, as from E2B's Jupyter.
+    assert result.text.startswith("<Figure size "), result.text
 
 
 def test_rich_results(sandbox):
@@ -497,6 +499,14 @@ def test_oversized_upload(sandbox, max_file_size):
     # One at the limit goes in.
     sandbox.files.write("/home/user/ok.bin", b"\1" * max_file_size)
     assert sandbox.files.get_info("/home/user/ok.bin").size == max_file_size
+
+
+def test_upload_over_the_body_cap(sandbox):
+    # Past the server's cap on request bodies (not only volumes.max_file_size): E2B's error
+    # shape still, so the SDK's exception carries forge's message, not a problem+json document.
+    with pytest.raises(SandboxException) as info:
+        sandbox.files.write("/home/user/huge.bin", b"\0" * (8 << 20))
+    assert str(info.value).startswith("413: the request body is over"), str(info.value)[:300]
 
 
 # ---------------------------------------------------------------- refused: what cannot map
