@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/mcp-forge/forge/server/agentsandbox"
+	"github.com/mcp-forge/forge/server/e2b"
 	"github.com/mcp-forge/forge/server/rest"
 )
 
@@ -88,10 +89,16 @@ func (b *bodyLimits) wrap(next http.Handler) http.Handler {
 			return
 		}
 		limit := b.limit(r.URL.Path)
-		if limit == 0 && (b.e2b != nil && b.e2b(r) || b.agentSandbox != nil && b.agentSandbox(r.URL.Path)) {
+		isE2B := limit == 0 && b.e2b != nil && b.e2b(r)
+		if limit == 0 && (isE2B || b.agentSandbox != nil && b.agentSandbox(r.URL.Path)) {
 			limit = b.rest + e2bEnvelope
 		}
 		if r.ContentLength > limit {
+			if isE2B { // E2B's error shape, which the SDKs turn into their exceptions
+				w.Header().Set("Connection", "close")
+				e2b.WriteError(w, http.StatusRequestEntityTooLarge, tooLargeMessage(r, limit))
+				return
+			}
 			tooLarge(w, r, limit)
 			return
 		}
@@ -116,6 +123,9 @@ func (b *bodyLimits) wrap(next http.Handler) http.Handler {
 
 func tooLarge(w http.ResponseWriter, r *http.Request, limit int64) {
 	w.Header().Set("Connection", "close")
-	rest.NewProblem(r.Context(), http.StatusRequestEntityTooLarge,
-		fmt.Sprintf("the request body is over %d bytes, the most %s %s takes (see docs/service.md, \"Request bodies\")", limit, r.Method, r.URL.Path)).Write(w)
+	rest.NewProblem(r.Context(), http.StatusRequestEntityTooLarge, tooLargeMessage(r, limit)).Write(w)
+}
+
+func tooLargeMessage(r *http.Request, limit int64) string {
+	return fmt.Sprintf("the request body is over %d bytes, the most %s %s takes (see docs/service.md, \"Request bodies\")", limit, r.Method, r.URL.Path)
 }

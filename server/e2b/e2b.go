@@ -431,6 +431,10 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, Error{Code: status, Message: msg})
 }
 
+// WriteError is writeError for the server, which refuses some E2B
+// requests before this face sees them (a body over its cap).
+func WriteError(w http.ResponseWriter, status int, msg string) { writeError(w, status, msg) }
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
