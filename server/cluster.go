@@ -3,15 +3,12 @@ package server
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/mcp-forge/forge/internal/lazyre"
@@ -25,7 +22,9 @@ import (
 // with the client's own Authorization (tokens are the same everywhere) and
 // HeaderForwarded, so that it is never forwarded twice; a session whose
 // holder is gone is served here (session.Manager takes it over from its
-// checkpoint).
+// checkpoint). An MCP client's own session (Mcp-Session-Id) needs nothing
+// here: mcp-go's default id manager checks ids for form only, so one that a
+// replica made is good at every other, and forge keeps no state in it.
 
 // HeaderForwarded marks a request one replica forwarded to another; its
 // value names the forwarding replica.
@@ -233,34 +232,4 @@ func routedSession(r *http.Request) (id string, body []byte, err error) {
 		}
 	}
 	return "", body, nil
-}
-
-// clusterSessionIDs lets an MCP client's session id (Mcp-Session-Id) made
-// by one replica be used at another behind the same Service: ids are
-// checked for form, not looked up, and the MCP session itself holds no
-// state forge needs (forge sessions live in the shared dir). Terminating
-// one is known to the replica that saw the DELETE only.
-type clusterSessionIDs struct{ terminated sync.Map }
-
-const mcpSessionPrefix = "mcp-session-"
-
-var mcpSessionRE = lazyre.New(`^` + mcpSessionPrefix + `[0-9a-f]{32}$`)
-
-func (c *clusterSessionIDs) Generate() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return mcpSessionPrefix + hex.EncodeToString(b[:])
-}
-
-func (c *clusterSessionIDs) Validate(id string) (bool, error) {
-	if !mcpSessionRE.MatchString(id) {
-		return false, fmt.Errorf("invalid session id: %q", id)
-	}
-	_, gone := c.terminated.Load(id)
-	return gone, nil
-}
-
-func (c *clusterSessionIDs) Terminate(id string) (bool, error) {
-	c.terminated.Store(id, true)
-	return false, nil
 }

@@ -94,9 +94,6 @@ func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Con
 		// configuration; mcp-go's checks only Host, only on loopback.
 		mcpserver.WithDisableLocalhostProtection(true),
 	}
-	if s.cfg.Cluster.Enabled {
-		opts = append(opts, mcpserver.WithSessionIdManager(&clusterSessionIDs{}))
-	}
 	if len(s.cfg.Server.AllowedOrigins) > 0 {
 		opts = append(opts, mcpserver.WithStreamableHTTPCORS(mcpserver.WithCORSAllowedOrigins(s.cfg.Server.AllowedOrigins...)))
 	}
