@@ -308,6 +308,13 @@ def test_commands_kill_signal(sandbox):
         handle.wait()
     assert info.value.exit_code == -1
     assert sandbox.commands.kill(handle.pid) is False  # gone already
+    # A command no stream follows any more is signalled just the same.
+    detached = sandbox.commands.run("sleep 1; echo alive > alive.txt; sleep 30", background=True)
+    detached.disconnect()
+    wait_for(lambda: sandbox.files.exists("alive.txt"), 15, "the detached command running on")
+    assert [p.pid for p in sandbox.commands.list()] == [detached.pid]
+    assert sandbox.commands.kill(detached.pid) is True
+    wait_for(lambda: sandbox.commands.list() == [], 15, "the killed command leaving the list")
 
 
 def test_command_does_not_block_run_code(sandbox):
