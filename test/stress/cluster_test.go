@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,14 +27,20 @@ func startReplica(t *testing.T, shared, name string) *httpServe {
 	t.Helper()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "forge.yaml")
-	yaml := fmt.Sprintf("server:\n  auth:\n    tokens: [{tenant: t, scopes: [execute, sessions], sha256: %s}]\n"+
-		"cluster:\n  enabled: true\n  shared_dir: %s\n  member: %s\n", auth.Hash(clusterToken), shared, name)
+	yaml := clusterServer() + fmt.Sprintf("cluster:\n  enabled: true\n  shared_dir: %s\n  member: %s\n", shared, name)
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	srv := startHTTPServe(t, testutil.StateDir(t), "--config", config)
 	srv.token = clusterToken
 	return srv
+}
+
+// clusterServer is the server section of every replica: the shared token,
+// and rate limits out of the way of the measured loops.
+func clusterServer() string {
+	return fmt.Sprintf("server:\n  auth:\n    tokens: [{tenant: t, scopes: [execute, sessions], sha256: %s}]\n"+
+		"  tenants:\n    default: {executions_per_minute: 100000, execution_burst: 1000}\n", auth.Hash(clusterToken))
 }
 
 // execIn runs code in session sid through srv and returns the HTTP status
@@ -211,4 +218,36 @@ func sleeping(marker string) bool {
 		}
 	}
 	return false
+}
+
+// TestClusterCheckpointCost measures what checkpointing every session call
+// (cluster mode) costs: the same small session calls on a replica and on a
+// plain forge serve, as a ratio of their medians.
+func TestClusterCheckpointCost(t *testing.T) {
+	const n = 30
+	median := func(srv *httpServe, code string, size int) time.Duration {
+		sid := session.NewID()
+		wantResult(t, srv, "first call", sid, fmt.Sprintf("x = 0\nopen('/workspace/data.txt', 'w').write('y' * %d)\nx", size), 0)
+		ds := make([]time.Duration, n)
+		for i := range ds {
+			start := time.Now()
+			wantResult(t, srv, "call", sid, code, i+1)
+			ds[i] = time.Since(start)
+		}
+		slices.Sort(ds)
+		return ds[n/2]
+	}
+	replica := startReplica(t, t.TempDir(), "a")
+	dir := t.TempDir()
+	config := filepath.Join(dir, "forge.yaml")
+	if err := os.WriteFile(config, []byte(clusterServer()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plain := startHTTPServe(t, testutil.StateDir(t), "--config", config)
+	plain.token = clusterToken
+	const code = "x += 1\nx"
+	for _, size := range []int{100_000, 10_000_000} {
+		p, c := median(plain, code, size), median(replica, code, size)
+		t.Logf("session call (%d bytes in /workspace, one int variable), median of %d: plain %v, cluster with checkpoint %v: %.2f x", size, n, p, c, float64(c)/float64(p))
+	}
 }
