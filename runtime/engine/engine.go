@@ -127,7 +127,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		Budget:      budget, Parent: parent,
 		Mode: sandbox.Mode(cfg.Sandbox.Mode),
 		Zygote: sandbox.ZygoteOptions{Forks: cfg.Sandbox.ZygoteForks, MaxAge: cfg.Sandbox.ZygoteMaxAge.Std(),
-			Slots: cfg.Sandbox.ZygoteSlots, Warm: append(slices.Clone(cfg.Pool.WarmModules), cfg.Pool.WarmModulesData...)}})
+			Slots: cfg.Sandbox.ZygoteSlots, BindsTemplates: cfg.Sandbox.ZygoteToolTemplates, Warm: append(slices.Clone(cfg.Pool.WarmModules), cfg.Pool.WarmModulesData...)}})
 	if errors.Is(err, sandbox.ErrParentLimits) {
 		return nil, fmt.Errorf("%w (limits.memory, limits.pids: 0 derives them; a set value must be at least what the sandboxes there use now)", err)
 	}
@@ -537,8 +537,10 @@ func (e *Engine) startSandboxFor(ctx context.Context, image, tenant string, bind
 	cfg.ImageID = fs.Image().ID
 	cfg.Tenant = tenant
 	cfg.Binds = binds
+	// A hosted child keeps its template's /run/forge: it gets no bridge directory.
+	cfg.TemplateBinds = templateBinds(ctx) && e.rt.Mode() == sandbox.ModeZygote
 	var bridgeDir, sbID string
-	if e.bridge != nil || e.egressPossible() || len(binds) > 0 {
+	if (e.bridge != nil || e.egressPossible() || len(binds) > 0) && !cfg.TemplateBinds {
 		if bridgeDir, err = e.newBridgeDir(); err != nil {
 			fs.Release()
 			return nil, err

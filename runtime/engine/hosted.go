@@ -18,7 +18,9 @@ import (
 
 // StartHosted starts a sandbox of image (images.allowed applies) with binds
 // mounted read-only under /run/forge and limits tightened to memory (0 =
-// the default). The caller owns it: Discard it when done.
+// the default). In zygote mode it is a child of a template that has the
+// binds mounted (templateBinds), for ctx's tenant (HostedContext). The
+// caller owns it: Discard it when done.
 func (e *Engine) StartHosted(ctx context.Context, image string, memory int64, binds []sandbox.Bind) (*sandbox.Sandbox, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
@@ -28,7 +30,7 @@ func (e *Engine) StartHosted(ctx context.Context, image string, memory int64, bi
 	if err != nil {
 		return nil, refuse(err)
 	}
-	sb, err := e.startSandbox(ctx, plan.Image, binds...)
+	sb, err := e.startSandbox(context.WithValue(ctx, templateBindsKey{}, true), plan.Image, binds...)
 	if err != nil {
 		return nil, refuse(err)
 	}
@@ -38,6 +40,26 @@ func (e *Engine) StartHosted(ctx context.Context, image string, memory int64, bi
 	}
 	return sb, nil
 }
+
+// templateBindsKey marks the context of a hosted sandbox's start: in
+// zygote mode it is forked from a template that has its binds mounted
+// (sandbox.Config.TemplateBinds), one per tools snapshot and tenant.
+type templateBindsKey struct{}
+
+func templateBinds(ctx context.Context) bool {
+	b, _ := ctx.Value(templateBindsKey{}).(bool)
+	return b
+}
+
+// HostedContext is ctx for the hosted sandboxes of p's calls: with
+// templates per tenant (TenantPools), they fork from p's tenant's own.
+func (e *Engine) HostedContext(ctx context.Context, p Principal) context.Context {
+	return withTenant(ctx, p)
+}
+
+// RetireHosted retires the zygote templates that have source (a tools
+// snapshot no longer served) mounted; their live children finish.
+func (e *Engine) RetireHosted(source string) { e.rt.RetireBinds(source) }
 
 // Discard destroys a sandbox StartHosted made, off the caller's path.
 func (e *Engine) Discard(sb *sandbox.Sandbox) { e.destroy(sb) }

@@ -66,32 +66,29 @@ func (h *Host) Call(ctx context.Context, p engine.Principal, name string, args j
 	if t.Persistent || h.cfg.Persistent {
 		return h.callWorker(ctx, g, p, t, args, timeout)
 	}
-	sb, err := h.acquire(ctx, g)
+	sb, release, err := h.acquire(ctx, g, p)
 	if err != nil {
 		return nil, err
 	}
 	defer h.eng.Discard(sb)
-	defer g.release()
+	defer release()
 	if err := h.limit(sb, t); err != nil {
 		return nil, err
 	}
 	return h.run(ctx, sb, t, args, timeout)
 }
 
-// acquire is a sandbox with the module imported: pooled, else booted now.
-func (h *Host) acquire(ctx context.Context, g *generation) (*sandbox.Sandbox, error) {
-	if g.pool != nil {
-		sb, _, err := g.pool.Acquire(ctx)
-		return sb, err
+// acquire is a sandbox of p's with the module imported: pooled, else
+// booted now. release lets the pool refill what it took
+// (pool.Options.RefillHold).
+func (h *Host) acquire(ctx context.Context, g *generation, p engine.Principal) (sb *sandbox.Sandbox, release func(), err error) {
+	tenant := h.tenantOf(p)
+	if pl := h.poolFor(g, tenant); pl != nil {
+		sb, _, err := pl.Acquire(ctx)
+		return sb, pl.Release, err
 	}
-	return h.boot(ctx, g)
-}
-
-// release lets the pool refill what acquire took (Options.RefillHold).
-func (g *generation) release() {
-	if g.pool != nil {
-		g.pool.Release()
-	}
+	sb, err = h.boot(h.eng.HostedContext(ctx, engine.Principal{Tenant: tenant}), g)
+	return sb, func() {}, err
 }
 
 // limit applies the tool's memory (or hosted_tools.memory), within the maxima.
@@ -245,11 +242,11 @@ func (h *Host) callWorker(ctx context.Context, g *generation, p engine.Principal
 		return nil, ErrClosed
 	}
 	if w.sb == nil {
-		sb, err := h.acquire(ctx, g)
+		sb, release, err := h.acquire(ctx, g, p)
 		if err != nil {
 			return nil, err
 		}
-		defer g.release()
+		defer release()
 		if err := h.limit(sb, t); err != nil {
 			h.eng.Discard(sb)
 			return nil, err

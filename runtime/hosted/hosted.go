@@ -117,7 +117,17 @@ type generation struct {
 	key    string // of the table cache
 	tools  []Tool
 	byName map[string]*Tool
-	pool   *pool.Pool // nil with pool_size 0
+	pools  *tenantPools // nil with pool_size 0
+}
+
+// tenantPools are a generation's warm sandboxes: one pool per tenant when
+// sandboxes are per tenant (engine.TenantPools, sandbox.zygote_per_tenant),
+// else one for all ("" is its key). In zygote mode each pool's sandboxes
+// are children of a template that has the generation's snapshot mounted.
+type tenantPools struct {
+	mu     sync.Mutex
+	m      map[string]*pool.Pool
+	closed bool
 }
 
 // New snapshots the path, reads its tool table in a sandbox and starts the
@@ -244,17 +254,7 @@ func (h *Host) load(ctx context.Context, cached bool) (g *generation, fromCache 
 		h.writeCache(g.key, raw)
 	}
 	if h.cfg.PoolSize > 0 {
-		g.pool = pool.New(pool.Options{
-			Name:              "hosted:" + filepath.Base(h.cfg.Path),
-			Size:              h.cfg.PoolSize,
-			MaxIdleAge:        10 * time.Minute,
-			RefillConcurrency: 1,
-			// A call is a few ms; the boot of its replacement (an import)
-			// would share the CPU with it.
-			RefillHold: refillHold,
-			Start:      func(ctx context.Context) (*sandbox.Sandbox, error) { return h.boot(ctx, g) },
-			Logger:     h.log,
-		})
+		g.pools = &tenantPools{m: map[string]*pool.Pool{}}
 	}
 	ok = true
 	return g, fromCache, nil
@@ -330,7 +330,7 @@ func (h *Host) revalidate(g *generation, cached []byte) {
 	}
 	// Same snapshot and pool (its sandboxes import the same module); only
 	// the table is new.
-	ng := &generation{snap: g.snap, stamp: g.stamp, key: g.key, pool: g.pool}
+	ng := &generation{snap: g.snap, stamp: g.stamp, key: g.key, pools: g.pools}
 	if err := h.setTable(ng, raw); err != nil {
 		h.dropCache()
 		h.log.Warn("the re-read hosted tool table is refused; serving the cached one", "path", h.cfg.Path, "err", err)
@@ -485,29 +485,92 @@ func (h *Host) Close() error {
 	return nil
 }
 
-// retire closes a generation's pool; calls that already hold one of its
-// sandboxes finish on it, and its snapshot stays until the directory is
-// cleaned at the next start (a mounted snapshot must not vanish).
+// retire closes a generation's pools and retires the zygote templates that
+// have its snapshot mounted; calls that already hold one of its sandboxes
+// finish on it, and its snapshot stays until the directory is cleaned at
+// the next start (a mounted snapshot must not vanish).
 func (h *Host) retire(g *generation) {
 	h.mu.Lock()
 	h.retired = append(h.retired, g.snap)
 	h.mu.Unlock()
-	if g.pool != nil {
-		if err := g.pool.Close(); err != nil {
-			h.log.Warn("closing the hosted tools pool", "err", err)
+	if g.pools != nil {
+		g.pools.mu.Lock()
+		g.pools.closed = true
+		ps := g.pools.m
+		g.pools.m = nil
+		g.pools.mu.Unlock()
+		for _, p := range ps {
+			if err := p.Close(); err != nil {
+				h.log.Warn("closing the hosted tools pool", "err", err)
+			}
 		}
 	}
+	h.eng.RetireHosted(g.snap.dir)
+}
+
+// poolFor is g's pool of tenant's sandboxes, made on its first call; nil
+// without pools (pool_size 0) or once g is retired.
+func (h *Host) poolFor(g *generation, tenant string) *pool.Pool {
+	if g.pools == nil {
+		return nil
+	}
+	g.pools.mu.Lock()
+	defer g.pools.mu.Unlock()
+	if g.pools.closed {
+		return nil
+	}
+	if p := g.pools.m[tenant]; p != nil {
+		return p
+	}
+	name := "hosted:" + filepath.Base(h.cfg.Path)
+	if tenant != "" {
+		name += ":" + tenant
+	}
+	p := pool.New(pool.Options{
+		Name:              name,
+		Size:              h.cfg.PoolSize,
+		MaxIdleAge:        10 * time.Minute,
+		RefillConcurrency: 1,
+		// A call is a few ms; the boot of its replacement (an import)
+		// would share the CPU with it.
+		RefillHold: refillHold,
+		Start: func(ctx context.Context) (*sandbox.Sandbox, error) {
+			return h.boot(h.eng.HostedContext(ctx, engine.Principal{Tenant: tenant}), g)
+		},
+		Logger: h.log,
+	})
+	g.pools.m[tenant] = p
+	return p
+}
+
+// tenantOf is the key of p's pool: its tenant with sandboxes per tenant,
+// else "".
+func (h *Host) tenantOf(p engine.Principal) string {
+	if h.eng.TenantPools() {
+		return p.Tenant
+	}
+	return ""
 }
 
 // Path is the tools path being served.
 func (h *Host) Path() string { return h.cfg.Path }
 
 // PoolReady is how many sandboxes with the module imported wait in the
-// pool (0 without a pool).
+// pools (0 without a pool).
 func (h *Host) PoolReady() int {
 	g := h.current()
-	if g == nil || g.pool == nil {
+	if g == nil || g.pools == nil {
 		return 0
 	}
-	return g.pool.Stats().Ready
+	g.pools.mu.Lock()
+	ps := make([]*pool.Pool, 0, len(g.pools.m))
+	for _, p := range g.pools.m {
+		ps = append(ps, p)
+	}
+	g.pools.mu.Unlock()
+	n := 0
+	for _, p := range ps {
+		n += p.Stats().Ready
+	}
+	return n
 }

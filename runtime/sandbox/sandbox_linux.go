@@ -389,6 +389,13 @@ type Config struct {
 	BridgeDir string
 	// Binds are mounted read-only under /run/forge (they need BridgeDir).
 	Binds []Bind
+	// TemplateBinds, in zygote mode, forks the sandbox from a template of
+	// its own whose container has Binds mounted (their sources are the
+	// template's key: forge's read-only snapshots, the same for many
+	// sandboxes, such as a hosted tools module's). The child keeps the
+	// template's /run/forge, so BridgeDir is not mounted in it (no
+	// code-mode socket, no egress). In container mode it changes nothing.
+	TemplateBinds bool
 	// UID is the uid (and gid) code runs as inside; container ids are
 	// mapped onto the sandbox's own block of host ids (Options.IDRange).
 	UID uint32
@@ -586,10 +593,11 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	if err := r.ensureAgentDir(); err != nil {
 		return nil, err
 	}
-	if zygote && (len(cfg.Binds) > 0 || len(cfg.BuildBinds) > 0) {
+	if zygote && ((len(cfg.Binds) > 0 && !cfg.TemplateBinds) || len(cfg.BuildBinds) > 0) {
 		// A child gets its bridge directory (code mode's socket) as a detached
-		// mount; more binds (hosted tools, sandboxed servers, which also
-		// Spawn, and builds) stay containers.
+		// mount; more binds (sandboxed servers, which also Spawn, and builds)
+		// stay containers. Binds many sandboxes share (hosted tools:
+		// TemplateBinds) are mounted in a template of their own instead.
 		r.zstat(func(z *ZygoteStats) { z.Fallbacks++ })
 		zygote = false
 	}

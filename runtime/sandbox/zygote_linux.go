@@ -78,6 +78,10 @@ type ZygoteOptions struct {
 	Templates int
 	// Warm are the modules the template imports before it forks.
 	Warm []string
+	// BindsTemplates bounds the binds templates (Config.TemplateBinds: one
+	// per hosted tools module, and tenant) alive at once; starting one more
+	// retires the least recently used. 0 derives it (bindsBound).
+	BindsTemplates int
 	// PythonFork makes each child with the template's Python steps rather
 	// than its C helper (kernel.ZFork), which templates use when forge was
 	// built with it: to measure both, and to test the Python path.
@@ -114,6 +118,8 @@ func (o *ZygoteOptions) setDefaults() error {
 		return fmt.Errorf("zygote forks %d: must be >= 1: %w", o.Forks, ErrInvalidConfig)
 	case o.MaxAge < 0:
 		return fmt.Errorf("zygote max age %s: must be >= 0: %w", o.MaxAge, ErrInvalidConfig)
+	case o.BindsTemplates < 0:
+		return fmt.Errorf("zygote binds templates %d: must be >= 0: %w", o.BindsTemplates, ErrInvalidConfig)
 	case o.Templates < 1:
 		return fmt.Errorf("zygote templates %d: must be >= 1: %w", o.Templates, ErrInvalidConfig)
 	case o.Slots < 1 || o.Slots > maxZygoteSlots:
@@ -195,20 +201,27 @@ type ZygoteStats struct {
 	// of the last one.
 	WriteSets     int `json:"write_sets"`
 	WriteSetPages int `json:"write_set_pages"`
+	// BindsTemplates are the keys (a hosted tools snapshot, and tenant:
+	// Config.TemplateBinds) with templates forking now, at most
+	// ZygoteOptions.BindsTemplates (each key may have up to Templates).
+	BindsTemplates int `json:"binds_templates"`
 }
 
 // ZygoteStats reports zygote mode's counters.
 func (r *Runtime) ZygoteStats() ZygoteStats {
 	r.tmu.Lock()
 	defer r.tmu.Unlock()
-	return r.zstats
+	st := r.zstats
+	st.BindsTemplates = r.bindsTemplatesLocked()
+	return st
 }
 
-// templateKey is what a template forks for: the image's rootfs and the
-// tenant (Config.Tenant). No template forks children of two keys.
-type templateKey struct{ rootfs, tenant string }
+// templateKey is what a template forks for: the image's rootfs, the
+// tenant (Config.Tenant) and, for Config.TemplateBinds, the binds its
+// container has mounted (bindsKey). No template forks children of two keys.
+type templateKey struct{ rootfs, tenant, binds string }
 
-func keyOf(cfg *Config) templateKey { return templateKey{cfg.Rootfs, cfg.Tenant} }
+func keyOf(cfg *Config) templateKey { return templateKey{cfg.Rootfs, cfg.Tenant, bindsKey(cfg)} }
 
 // template is one zygote container.
 type template struct {
@@ -232,6 +245,8 @@ type template struct {
 	procs       *os.File         // the template's own cgroup.procs (see beat), nil if not opened
 	pid         string           // of the template's init, on the host
 	helper      string           // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
+	bridgeDir   string           // the mount points of a binds template (key.binds), removed with it
+	lastTake    atomic.Int64     // unix nanoseconds of the last slot taken: the least recently used binds template goes first
 	// seq numbers the template's fork requests: a request's id is its
 	// number, not the sandbox's id, which names forge's host pid and which
 	// every later child of the template could otherwise find in its copy of
@@ -386,6 +401,7 @@ func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, 
 	done := make(chan struct{})
 	r.starting[keyOf(&cfg)] = done
 	r.tmu.Unlock()
+	r.evictBindsTemplates(keyOf(&cfg))
 	t, err := r.launchTemplate(ctx, cfg, done)
 	if err != nil {
 		return nil, 0, err
@@ -481,6 +497,7 @@ func (t *template) take() (int, bool) {
 	}
 	slot := t.free[len(t.free)-1]
 	t.free = t.free[:len(t.free)-1]
+	t.lastTake.Store(time.Now().UnixNano())
 	t.forks++
 	t.forking++
 	return slot, true
@@ -728,6 +745,13 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 		WithReadOnlyBind(r.agentDir, AgentMountPoint),
 		WithSeccomp(sc),
 		WithUserLimits(r.templateLimits()),
+	}
+	if t.key.binds != "" {
+		bo, err := r.templateBinds(t, cfg)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, bo...)
 	}
 	if !r.noCgroups {
 		// Without (rootless, no delegated cgroup) the template keeps
@@ -980,7 +1004,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		}
 	}
 	var bridge *os.File
-	if cfg.BridgeDir != "" {
+	if cfg.BridgeDir != "" && !cfg.TemplateBinds { // a binds child keeps its template's /run/forge
 		// A detached copy of the bind mount, which the child (root of its
 		// own user and mount namespaces) moves to /run/forge: nothing else
 		// of the host is reachable through it, and the template, which
@@ -1459,8 +1483,14 @@ func (t *template) destroy() {
 	t.mu.Unlock()
 	t.rt.tmu.Lock()
 	t.rt.templates = slices.DeleteFunc(t.rt.templates, func(o *template) bool { return o == t })
-	t.rt.all = slices.DeleteFunc(t.rt.all, func(o *template) bool { return o == t })
 	t.rt.tmu.Unlock()
+	// Out of all only at the end: closeTemplates then waits for a destroy
+	// begun elsewhere (a retired template's) until its ids are given back.
+	defer func() {
+		t.rt.tmu.Lock()
+		t.rt.all = slices.DeleteFunc(t.rt.all, func(o *template) bool { return o == t })
+		t.rt.tmu.Unlock()
+	}()
 	t.killChildren()
 	if t.c != nil {
 		if t.proc != nil {
@@ -1491,6 +1521,11 @@ func (t *template) destroy() {
 		}
 		if err != nil {
 			t.rt.log.Warn("releasing zygote template ids", "template", t.id, "err", err)
+		}
+	}
+	if t.bridgeDir != "" {
+		if err := os.RemoveAll(t.bridgeDir); err != nil {
+			t.rt.log.Warn("removing a zygote template's mount points", "template", t.id, "err", err)
 		}
 	}
 	t.rt.log.Debug("zygote template destroyed", "template", t.id)
