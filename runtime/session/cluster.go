@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,6 +21,10 @@ import (
 // peers reach it (Advertise); every call is checkpointed before it returns,
 // so a replica that takes over a dead holder's session restores its last
 // answered call.
+
+// clusterProbeWait is how long a claim waits out a lock that may be only
+// another replica's probe (Holder, List) before it calls the session held.
+const clusterProbeWait = 200 * time.Millisecond
 
 // HeldError: another live replica holds the session; forward the call to
 // Advertise. It wraps ErrBusy (retryable).

@@ -368,7 +368,8 @@ func (m *Manager) lock(ctx context.Context, dir, id string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
@@ -382,7 +383,10 @@ func (m *Manager) lock(ctx context.Context, dir, id string) (*os.File, error) {
 		// lock still held: it has just written so and is about to let go.
 		// Either way, wait for the lock (bounded); anything else is busy.
 		meta, _ := readMeta(dir)
-		if meta == nil || (meta.Status != Hibernating && meta.Status != Hibernated) || time.Now().After(deadline) {
+		// In cluster mode another replica's Holder probe takes the lock
+		// for an instant: wait that out before calling the session held.
+		probed := m.opts.Member != "" && time.Since(start) < clusterProbeWait
+		if !probed && (meta == nil || (meta.Status != Hibernating && meta.Status != Hibernated) || time.Now().After(deadline)) {
 			f.Close()
 			pid := 0
 			if meta != nil {
