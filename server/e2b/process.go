@@ -18,8 +18,8 @@ package e2b
 // re-attaches. The command ends when it exits, on SendSignal, at its
 // timeout, or with its sandbox (kill, pause, the timeout reaper).
 //
-// The pid a command gets is forge's handle for it, not its pid inside the
-// sandbox. PTYs are refused.
+// A command's pid is its pid inside the sandbox (as E2B's: `kill -0 PID`
+// and ps agree with it). PTYs are refused.
 
 import (
 	"context"
@@ -138,7 +138,6 @@ type listResponse struct {
 // is ready.
 type commandTable struct {
 	mu   sync.Mutex
-	last uint32
 	runs map[string]map[uint32]*command // by sandbox id, then pid
 }
 
@@ -181,11 +180,6 @@ func (t *commandTable) add(sandboxID string, c *command) {
 	if t.runs[sandboxID] == nil {
 		t.runs[sandboxID] = map[uint32]*command{}
 	}
-	t.last++
-	if t.last < 1000 {
-		t.last = 1000 // clear of the small pids of the sandbox's own processes
-	}
-	c.pid = t.last
 	t.runs[sandboxID][c.pid] = c
 }
 
@@ -578,7 +572,7 @@ def start(m, a):
         return {"error": ["invalid_argument", "starting %%s: %%s" %% (a["argv"][0], e.strerror or e)]}
     rec = {"p": p, "events": [], "pending": 0, "open": 2, "rc": None, "exited": 0,
            "input": [], "queued": 0, "dropped": False}
-    m.procs[a["id"]] = rec
+    m.procs[p.pid] = rec
     for f, kind in ((p.stdout, "o"), (p.stderr, "e")):
         threading.Thread(target=reader, args=(m, rec, f, kind), daemon=True).start()
     threading.Thread(target=waiter, args=(m, rec), daemon=True).start()
@@ -725,22 +719,20 @@ func (h *Handler) startProcess(w http.ResponseWriter, r *http.Request, sb *Sandb
 	pctx, stop := context.WithCancel(context.WithoutCancel(r.Context()))
 	c := &command{tag: q.Tag, config: cfg, stdin: q.Stdin != nil && *q.Stdin, limit: spec.timeout, stop: stop,
 		done: make(chan struct{}), subs: map[*subscriber]struct{}{}}
-	h.cmds.add(sb.ID, c)
 	cwdShown := HomeDir
 	if q.Process.Cwd != nil && *q.Process.Cwd != "" {
 		cwdShown = *q.Process.Cwd
 	}
 	// Started through the execute path: the tenant gate, rate limits and
 	// the audit log see the command.
-	args := map[string]any{"op": "start", "id": c.pid, "argv": spec.argv, "env": spec.env, "cwd": spec.cwd,
+	args := map[string]any{"op": "start", "argv": spec.argv, "env": spec.env, "cwd": spec.cwd,
 		"shown_cwd": cwdShown, "stdin": c.stdin}
-	if err := h.startCommand(pctx, sb, args); err != nil {
-		h.cmds.remove(sb.ID, c.pid)
+	if c.pid, err = h.startCommand(pctx, sb, args); err != nil {
 		stop()
-		close(c.done)
 		s.End(err)
 		return
 	}
+	h.cmds.add(sb.ID, c)
 	sub := c.subscribe()
 	go h.pollCommand(pctx, sb, c, time.Now().Add(spec.timeout))
 	if s.Send(eventResponse{Event: processEvent{Start: &startEvent{Pid: c.pid}}}) != nil {
@@ -751,35 +743,39 @@ func (h *Handler) startProcess(w http.ResponseWriter, r *http.Request, sb *Sandb
 }
 
 // startCommand runs the start op through the server's execute path.
-func (h *Handler) startCommand(ctx context.Context, sb *Sandbox, args map[string]any) error {
+func (h *Handler) startCommand(ctx context.Context, sb *Sandbox, args map[string]any) (pid uint32, _ error) {
 	code, err := commandCode(args)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if h.opts.Execute == nil {
-		return connectErrorf(codeUnavailable, "forge's E2B face has no execute path configured")
+		return 0, connectErrorf(codeUnavailable, "forge's E2B face has no execute path configured")
 	}
 	res, err := h.opts.Execute(ctx, engine.Request{Principal: sb.Principal(), Client: "e2b", Code: code,
 		SessionID: sb.ID, Image: sb.Image, Timeout: opTimeout})
 	switch {
 	case err != nil:
-		return engineError(err)
+		return 0, engineError(err)
 	case res.OOMKilled:
-		return connectErrorf(codeResourceExhausted, "the sandbox ran out of memory (its memory limit); the session is lost")
+		return 0, connectErrorf(codeResourceExhausted, "the sandbox ran out of memory (its memory limit); the session is lost")
 	case res.Error != nil:
-		return connectErrorf(codeInternal, "forge's command helper failed in the sandbox: %s: %s", res.Error.Type, truncate(res.Error.Message, 300))
+		return 0, connectErrorf(codeInternal, "forge's command helper failed in the sandbox: %s: %s", res.Error.Type, truncate(res.Error.Message, 300))
 	}
 	var rep struct {
+		OK    uint32   `json:"ok"`
 		Error []string `json:"error"`
 	}
 	line := strings.TrimSpace(res.Stdout)
 	if err := json.Unmarshal([]byte(line), &rep); err != nil {
-		return connectErrorf(codeInternal, "forge's command helper in the sandbox gave no reply it could read (%s)", truncate(line, 100))
+		return 0, connectErrorf(codeInternal, "forge's command helper in the sandbox gave no reply it could read (%s)", truncate(line, 100))
 	}
 	if len(rep.Error) == 2 {
-		return &ConnectError{Code: rep.Error[0], Message: rep.Error[1]}
+		return 0, &ConnectError{Code: rep.Error[0], Message: rep.Error[1]}
 	}
-	return nil
+	if rep.OK == 0 {
+		return 0, connectErrorf(codeInternal, "forge's command helper in the sandbox gave no pid")
+	}
+	return rep.OK, nil
 }
 
 // connectProcess is process.Process/Connect: a stream attached to a

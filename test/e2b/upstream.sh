@@ -29,10 +29,6 @@ refused=(
 	"sync/test_contexts.py::test_list_contexts|expects a javascript context; forge runs Python only"
 	# /root is outside the session's workspace; forge has no root.
 	"sync/test_contexts.py::test_create_context_with_options|cwd=/root: outside /home/user, no root in forge"
-	# A gap, not a refusal by design: forge keeps one code context per sandbox
-	# (create_code_context returns it; removing it is refused). Namespaces of
-	# their own per context would make it pass.
-	"sync/test_contexts.py::test_remove_context|one code context per sandbox: the default cannot be removed"
 )
 
 run_tree() { # run_tree NAME TESTS_DIR
