@@ -7,6 +7,12 @@
 # listener's URL plus /agent-sandbox, the token goes in extra_headers.
 # Nothing is skipped: a missing tool fails the run.
 #
+# scripts/test-agentsandbox.sh --venv prints the client's venv (made when
+# missing) and exits: test/k8s runs test/agentsandbox/cluster_claim.py with it.
+# --bench runs test/agentsandbox/bench.py after the tests: the client against
+# forge and against agent-sandbox's reference python-runtime (from the Go
+# module proxy, under uvicorn from PyPI, both installed when missing).
+#
 # Environment:
 #   FORGE_BIN              forge binary (default bin/forge)
 #   FORGE_TEST_STATE_DIR   state dir with the base images (default /var/lib/forge-test)
@@ -19,12 +25,15 @@ forge=${FORGE_BIN:-$root/bin/forge}
 state=${FORGE_TEST_STATE_DIR:-/var/lib/forge-test}
 cache=${FORGE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/forge}
 py=${PYTHON:-python3}
+bench=0
+if [[ ${1:-} == --bench ]]; then
+	bench=1
+	shift
+fi
 
 log() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'test-agentsandbox: %s\n' "$*" >&2; exit 1; }
 
-[[ $(id -u) -eq 0 ]] || die "needs root (forge creates sandboxes)"
-[[ -x $forge ]] || die "$forge missing (make build)"
 command -v "$py" >/dev/null || die "$py not found"
 
 req=$suite/requirements.txt
@@ -33,8 +42,14 @@ if ! "$venv/bin/python" -c 'import k8s_agent_sandbox, pytest' 2>/dev/null; then
 	log "installing the pinned client into $venv"
 	rm -rf "$venv"
 	"$py" -m venv "$venv"
-	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
+	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req" >&2
 fi
+if [[ ${1:-} == --venv ]]; then
+	echo "$venv"
+	exit 0
+fi
+[[ $(id -u) -eq 0 ]] || die "needs root (forge creates sandboxes)"
+[[ -x $forge ]] || die "$forge missing (make build)"
 
 images=$("$forge" --state-dir "$state" image list 2>&1) || die "forge image list: $images"
 grep -q 'forge/python:3.11' <<<"$images" || die "forge/python:3.11 is not in $state: run make test-images"
@@ -94,6 +109,24 @@ export FORGE_AS_URL=$base/agent-sandbox FORGE_AS_TOKEN=$key_a FORGE_AS_TOKEN_B=$
 export PYTHONDONTWRITEBYTECODE=1
 if (cd "$suite" && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"); then
 	echo "PASS k8s-agent-sandbox client (test/agentsandbox)" >&2
+	if ((bench)); then
+		"$venv/bin/python" -c 'import fastapi, uvicorn, multipart' 2>/dev/null ||
+			"$venv/bin/python" -m pip install --quiet --disable-pip-version-check fastapi uvicorn python-multipart >&2
+		ref=$(dirname "$("$root/scripts/k8s/agent-sandbox.sh" crds)")/../examples/python-runtime-sandbox
+		mkdir -p "$work/app"
+		(cd "$ref" && SANDBOX_BASE_DIR=$work/app exec "$venv/bin/python" -m uvicorn main:app --host 127.0.0.1 --port 0 --log-level warning) 2>"$work/ref.log" &
+		refpid=$!
+		refurl=
+		for _ in $(seq 100); do
+			port=$(ss -ltnpH 2>/dev/null | awk -v p="pid=$refpid," 'index($0, p) {split($4, a, ":"); print a[length(a)]; exit}')
+			[[ -n $port ]] && curl -fsS "http://127.0.0.1:$port/" >/dev/null 2>&1 && { refurl=http://127.0.0.1:$port; break; }
+			sleep 0.1
+		done
+		[[ -n $refurl ]] || { kill "$refpid"; cat "$work/ref.log" >&2; die "the reference runtime did not start"; }
+		(cd "$suite" && REFERENCE_URL=$refurl "$venv/bin/python" bench.py) || { kill "$refpid"; die "bench.py failed"; }
+		kill "$refpid"
+		wait "$refpid" 2>/dev/null || true
+	fi
 else
 	echo "FAIL k8s-agent-sandbox client (test/agentsandbox)" >&2
 	echo "test-agentsandbox: forge's log (last 60 lines):" >&2
