@@ -160,9 +160,16 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 
 // guard rejects requests whose Host or Origin is neither loopback nor
 // configured (server.allowed_hosts, server.allowed_origins) with 403: a web
-// page must not reach a local forge through DNS rebinding.
+// page must not reach a local forge through DNS rebinding. Probes (GET or
+// HEAD of /healthz and /readyz) pass without the check: a kubelet sends its
+// pod's IP as Host, and what they answer (ok, or why not ready) is no secret
+// a rebinding page could steal.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isProbe(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		if ok, why := s.hostAllowed(r.Host); !ok {
 			s.reject(w, r, why)
 			return
@@ -175,6 +182,12 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isProbe: a GET or HEAD of HealthPath or ReadyPath, with no query.
+func isProbe(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		(r.URL.Path == HealthPath || r.URL.Path == ReadyPath) && r.URL.RawQuery == ""
 }
 
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, why string) {

@@ -444,6 +444,35 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// TestGuardProbes: a kubelet probes a pod by its IP (Host 198.18.0.73:8080,
+// never in allowed_hosts): GET/HEAD of /healthz and /readyz must answer, while
+// every other path and method from that Host is still refused.
+func TestGuardProbes(t *testing.T) {
+	stub := newStub()
+	stub.cfg.Server.AllowedHosts = []string{"forge"}
+	h, _ := New(stub, Options{InsecureNoAuth: true}).HTTPHandler()
+	for _, tc := range []struct {
+		method, path string
+		forbidden    bool
+	}{
+		{http.MethodGet, HealthPath, false},
+		{http.MethodHead, HealthPath, false},
+		{http.MethodGet, ReadyPath, false},
+		{http.MethodPost, ReadyPath, true},
+		{http.MethodGet, HealthPath + "?x=1", true},
+		{http.MethodGet, MetricsPath, true},
+		{http.MethodGet, "/api/v1/version", true},
+		{http.MethodPost, EndpointPath, true},
+	} {
+		r := httptest.NewRequest(tc.method, "http://198.18.0.73:8080"+tc.path, nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if got := w.Code == http.StatusForbidden; got != tc.forbidden {
+			t.Errorf("%s %s from Host %s: got %d, want forbidden=%v (%s)", tc.method, tc.path, r.Host, w.Code, tc.forbidden, w.Body)
+		}
+	}
+}
+
 func TestHTTPPrecheck(t *testing.T) {
 	h, _ := New(newStub(), Options{InsecureNoAuth: true}).HTTPHandler()
 	body := `{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"execute_python","arguments":{"code":7}}}`
