@@ -56,9 +56,10 @@ type Image struct {
 // forge processes may share one StateDir.
 type Store struct {
 	stateDir string
-	runDir   string // StateDir/run/<pid>: this process's mounts
-	tmpDir   string // StateDir/tmp/<pid>: this process's temp blobs
-	skelDir  string // the mount points every shared rootfs needs
+	runDir   string   // StateDir/run/<pid>: this process's mounts
+	pidLock  *os.File // flock on StateDir/run/<pid>.lock while open (lockPid)
+	tmpDir   string   // StateDir/tmp/<pid>: this process's temp blobs
+	skelDir  string   // the mount points every shared rootfs needs
 	progress io.Writer
 	log      *slog.Logger
 	store    storage.Store
@@ -139,13 +140,24 @@ func open(ctx context.Context, stateDir string, opts Options) (_ *Store, retErr 
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	if s.pidLock, err = lockPid(ctx, stateDir, s.log); err != nil {
+		return nil, err
+	}
+	// Holding the lock, a run/<pid> that exists is a dead process's (same
+	// pid, another pid namespace or an earlier boot): cleaned once the store
+	// is open.
+	_, statErr := os.Stat(s.runDir)
+	stale := statErr == nil
+	os.RemoveAll(s.tmpDir)
 	if err := s.makeDirs(); err != nil {
+		s.pidLock.Close()
 		return nil, err
 	}
 	defer func() {
 		if retErr != nil {
 			os.RemoveAll(s.runDir)
 			os.RemoveAll(s.tmpDir)
+			s.pidLock.Close()
 		}
 	}()
 	confPath := filepath.Join(stateDir, "storage.conf")
@@ -180,6 +192,17 @@ func open(ctx context.Context, stateDir string, opts Options) (_ *Store, retErr 
 	if err != nil {
 		s.store.Shutdown(false)
 		return nil, err
+	}
+	if stale {
+		var rep Report
+		if err := s.withStateLock(ctx, func() error { return s.cleanRunDir(s.runDir, &rep) }); err != nil {
+			s.log.Warn("cleaning the run dir a dead forge process with this pid left", "dir", s.runDir, "err", err)
+		}
+		if err := s.makeDirs(); err != nil {
+			s.store.Shutdown(false)
+			return nil, err
+		}
+		s.log.Info("cleaned the run dir a dead forge process with this pid left", "dir", s.runDir, "unmounted", len(rep.Unmounted))
 	}
 	s.traverseErr = searchableByOthers(filepath.Join(s.runDir, "rootfs"))
 	if _, err := s.GC(ctx); err != nil {
@@ -292,6 +315,7 @@ func (s *Store) Close() error {
 	}
 	s.policy.Destroy()
 	errs = append(errs, os.RemoveAll(s.runDir), os.RemoveAll(s.tmpDir))
+	errs = append(errs, s.pidLock.Close()) // last: run/<pid> is free for the next holder
 	return errors.Join(errs...)
 }
 
