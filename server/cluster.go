@@ -46,6 +46,7 @@ var sessionURIRE = lazyre.New(`^forge://sessions/([A-Za-z0-9_-]{1,64})/`)
 // holder is the engine's view of which replica holds a session.
 type holder interface {
 	SessionHolder(p engine.Principal, id string) *session.HeldError
+	SessionReleased(p engine.Principal, id, member string) (released, handedOver bool)
 }
 
 // clusterRoute forwards requests for sessions held by another replica.
@@ -98,6 +99,12 @@ func (s *Server) clusterRoute(next http.Handler) http.Handler {
 			if err == nil {
 				return
 			}
+			if sent && s.handedOver(r.Context(), h, p, id, held.Member, deadline) {
+				// It closed the connection while stopping, before it read
+				// the call (a stopping replica answers every call it read):
+				// the call never ran, so it goes to the session's next home.
+				continue
+			}
 			if sent || time.Now().After(deadline) || r.Context().Err() != nil {
 				// The holder died with the call running (it may have run in
 				// part; the session is as of its last answered call), or it
@@ -119,6 +126,22 @@ func (s *Server) clusterRoute(next http.Handler) http.Handler {
 			}
 		}
 	})
+}
+
+// handedOver waits until member lets go of the session and reports whether
+// it handed it over (hibernated it) rather than died holding it.
+func (s *Server) handedOver(ctx context.Context, h holder, p engine.Principal, id, member string, deadline time.Time) bool {
+	for time.Now().Before(deadline) {
+		if released, handed := h.SessionReleased(p, id, member); released {
+			return handed
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return false
 }
 
 // clusterHolder is the engine once it is open (nil when it cannot open).

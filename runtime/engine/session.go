@@ -212,6 +212,15 @@ func (e *Engine) SessionHolder(p Principal, id string) *session.HeldError {
 	return e.sessions.Holder(p.Tenant, id)
 }
 
+// SessionReleased reports whether replica member has let go of p's session
+// id, and whether it handed it over (see session.Manager.Released).
+func (e *Engine) SessionReleased(p Principal, id, member string) (released, handedOver bool) {
+	if p.check() != nil {
+		return true, false
+	}
+	return e.sessions.Released(p.Tenant, id, member)
+}
+
 // LiveSessions is how many sessions have a sandbox in this process (for
 // metrics; every principal's).
 func (e *Engine) LiveSessions() int { return e.sessions.Live() }

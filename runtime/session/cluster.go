@@ -64,6 +64,27 @@ func (m *Manager) Holder(owner, id string) *HeldError {
 	return &HeldError{ID: id, Member: meta.Member, Advertise: meta.Advertise}
 }
 
+// Released reports whether member has let go of owner's session id, and
+// whether it did so by handing it over (it hibernated the session itself,
+// as a stopping replica does once its running calls are answered) rather
+// than by dying. A call a replica was sent and never answered before it
+// handed the session over was never run there, so it may be sent again.
+func (m *Manager) Released(owner, id, member string) (released, handedOver bool) {
+	if ValidID(id) != nil || owner == "" {
+		return true, false
+	}
+	dir := m.dir(key{owner, id})
+	if locked(dir) {
+		meta, err := readMeta(dir)
+		return err == nil && meta.Member != member, false
+	}
+	meta, err := readMeta(dir)
+	if err != nil {
+		return true, false
+	}
+	return true, meta.Member == member && meta.Status == Hibernated
+}
+
 // locked reports whether a process holds the session dir's lock. The probe
 // takes the lock for an instant when nobody does.
 func locked(dir string) bool {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -250,4 +251,79 @@ func TestClusterCheckpointCost(t *testing.T) {
 		p, c := median(plain, code, size), median(replica, code, size)
 		t.Logf("session call (%d bytes in /workspace, one int variable), median of %d: plain %v, cluster with checkpoint %v: %.2f x", size, n, p, c, float64(c)/float64(p))
 	}
+}
+
+// TestClusterRollout is `kubectl rollout restart` under load on one host:
+// eight clients each drive their own session (a counter) through whichever
+// replicas are in service, while every replica in turn is taken out of
+// service, stopped with SIGTERM and replaced. No call may fail and no
+// session may lose a step.
+func TestClusterRollout(t *testing.T) {
+	shared := t.TempDir()
+	var mu sync.Mutex
+	live := []*httpServe{startReplica(t, shared, "r0"), startReplica(t, shared, "r1"), startReplica(t, shared, "r2")}
+	pick := func(i int) *httpServe {
+		mu.Lock()
+		defer mu.Unlock()
+		return live[i%len(live)]
+	}
+	stop := make(chan struct{})
+	type tally struct{ calls, failed int }
+	results := make(chan tally, 8)
+	for c := range 8 {
+		go func() {
+			sid, want, tl := session.NewID(), 0, tally{}
+			for i := c; ; i++ {
+				select {
+				case <-stop:
+					results <- tl
+					return
+				default:
+				}
+				code := "n = globals().get('n', 0) + 1\nn"
+				body, _ := json.Marshal(map[string]any{"code": code, "session_id": sid})
+				req, _ := http.NewRequest(http.MethodPost, pick(i).base+"/api/v1/execute", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+clusterToken)
+				req.Header.Set("Content-Type", "application/json")
+				tl.calls++
+				resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
+				if err != nil {
+					tl.failed++
+					t.Errorf("client %d call %d: %v", c, i, err)
+					continue
+				}
+				var out map[string]any
+				_ = json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || fmt.Sprint(out["result"]) != fmt.Sprint(want+1) {
+					tl.failed++
+					t.Errorf("client %d call %d: got %d %v, want result %d", c, i, resp.StatusCode, out, want+1)
+					if n, ok := out["result"].(float64); ok {
+						want = int(n) // go on from what the session says
+					}
+					continue
+				}
+				want++
+			}
+		}()
+	}
+	for gen := range 3 {
+		time.Sleep(time.Second) // load between steps (a fixed pace, not a wait for a condition)
+		next := startReplica(t, shared, fmt.Sprintf("r%d", gen+3))
+		mu.Lock()
+		old := live[0]
+		live = append(live[1:], next) // out of service (the endpoints) first, as Kubernetes does
+		mu.Unlock()
+		_ = old.cmd.Process.Signal(syscall.SIGTERM)
+		<-old.exited
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	total := tally{}
+	for range 8 {
+		r := <-results
+		total.calls += r.calls
+		total.failed += r.failed
+	}
+	t.Logf("rollout of 3 replicas under 8 clients: %d calls, %d failed", total.calls, total.failed)
 }
