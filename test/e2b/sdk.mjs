@@ -103,6 +103,24 @@ test('commands: run, exit codes, streaming', async () => {
   })
 })
 
+test('commands: stdin, beside runCode; code contexts', async () => {
+  const sbx = await create()
+  const cat = await sbx.commands.run('cat', { background: true, stdin: true })
+  // The command waits on its stdin while code runs beside it.
+  assert.equal((await sbx.runCode('6 * 7')).text, '42')
+  await sbx.commands.sendStdin(cat.pid, 'from js\n')
+  await sbx.commands.closeStdin(cat.pid)
+  const result = await cat.wait()
+  assert.equal(result.exitCode, 0)
+  assert.equal(result.stdout, 'from js\n')
+
+  const ctx = await sbx.createCodeContext()
+  await sbx.runCode('y = "ctx"', { context: ctx })
+  assert.equal((await sbx.runCode('y', { context: ctx })).text, 'ctx')
+  assert.equal((await sbx.runCode('y')).error.name, 'NameError')
+  await sbx.removeCodeContext(ctx.id)
+})
+
 test('two sandboxes, list, kill and another tenant', async () => {
   const [a, b] = await Promise.all([create(), create()])
   await Promise.all([a.runCode("v = 'a'"), b.runCode("v = 'b'")])
