@@ -520,6 +520,8 @@ def reader(m, rec, f, kind):
                 return
             while rec["pending"] > MAX_PENDING and not rec["dropped"]:
                 m.cv.wait()
+            if rec["dropped"]:  # the command ended; a process it left holds the pipe
+                continue
             rec["events"].append((kind, b))
             rec["pending"] += len(b)
             m.cv.notify_all()
@@ -534,9 +536,9 @@ def writer(m, rec):
     f = rec["p"].stdin
     while True:
         with m.cv:
-            while not rec["input"]:
+            while not rec["input"] and not rec["dropped"]:
                 m.cv.wait()
-            item = rec["input"].pop(0)
+            item = rec["input"].pop(0) if rec["input"] and not rec["dropped"] else None
         if item is None:
             try:
                 f.close()
@@ -606,7 +608,8 @@ def poll(m, a):
         m.cv.notify_all()
         fin = done(rec)
         if fin:
-            rec["dropped"] = True
+            rec["dropped"] = True  # the reader and writer threads end
+            m.cv.notify_all()
             del m.procs[a["id"]]
             rc = rec["rc"]
     return {"ok": {"out": out, "rc": rc if fin else None, "done": fin}}
