@@ -24,11 +24,11 @@ const clusterToken = "cluster-test-token"
 
 // startReplica starts forge serve --http as cluster member name, its
 // sessions in shared.
-func startReplica(t *testing.T, shared, name string) *httpServe {
+func startReplica(t *testing.T, shared, name string, extra ...string) *httpServe {
 	t.Helper()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "forge.yaml")
-	yaml := clusterServer() + fmt.Sprintf("cluster:\n  enabled: true\n  shared_dir: %s\n  member: %s\n", shared, name)
+	yaml := clusterServer() + fmt.Sprintf("cluster:\n  enabled: true\n  shared_dir: %s\n  member: %s\n", shared, name) + strings.Join(extra, "")
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +206,32 @@ func TestClusterSessions(t *testing.T) {
 		t.Fatalf("call in flight at SIGKILL: got %d %v (Retry-After %q), want 503 with Retry-After saying retry", r.status, r.out, r.hdr.Get("Retry-After"))
 	}
 	wantResult(t, d, "retry through d", sid, "x", 43)
+}
+
+// TestClusterCheckpointFails: a call whose checkpoint cannot be written
+// (the shared volume is full) says so, and when its holder is then killed
+// the session is reported lost, never brought back from an older
+// checkpoint as if nothing had happened.
+func TestClusterCheckpointFails(t *testing.T) {
+	testutil.RequiresRoot(t)
+	shared := t.TempDir()
+	if err := syscall.Mount("tmpfs", shared, "tmpfs", 0, "size=1m,mode=0700"); err != nil {
+		t.Fatalf("mounting a small shared volume: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(shared, syscall.MNT_DETACH) })
+	a, b := startReplica(t, shared, "a"), startReplica(t, shared, "b")
+	sid := session.NewID()
+	wantResult(t, a, "a small call", sid, "x = 1\nx", 1)
+	out := wantResult(t, a, "a call whose checkpoint does not fit", sid, "x = 2\nopen('/workspace/big', 'w').write('y' * 2000000)\nx", 2)
+	if !strings.Contains(fmt.Sprint(out["notes"]), "could not be checkpointed") {
+		t.Fatalf("notes of a call whose checkpoint failed: got %v, want it said", out["notes"])
+	}
+	_ = a.cmd.Process.Kill()
+	<-a.exited
+	status, out, _ := execIn(t, b, sid, "globals().get('x')")
+	if status != http.StatusOK || out["result"] != nil || !strings.Contains(fmt.Sprint(out["notes"]), "was lost") {
+		t.Fatalf("after the holder died with no current checkpoint: got %d %v, want the session reported lost and x gone (not x == 1)", status, out)
+	}
 }
 
 // sleeping reports whether a process runs `sleep marker` (the user code's
