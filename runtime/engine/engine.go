@@ -538,7 +538,9 @@ func (e *Engine) startSandboxFor(ctx context.Context, image, tenant string, bind
 	cfg.Tenant = tenant
 	cfg.Binds = binds
 	// A hosted child keeps its template's /run/forge: it gets no bridge directory.
-	cfg.TemplateBinds = templateBinds(ctx) && e.rt.Mode() == sandbox.ModeZygote
+	if warm, ok := templateBinds(ctx); ok && e.rt.Mode() == sandbox.ModeZygote {
+		cfg.TemplateBinds, cfg.TemplateWarm = true, warm
+	}
 	var bridgeDir, sbID string
 	if (e.bridge != nil || e.egressPossible() || len(binds) > 0) && !cfg.TemplateBinds {
 		if bridgeDir, err = e.newBridgeDir(); err != nil {

@@ -19,9 +19,10 @@ import (
 // StartHosted starts a sandbox of image (images.allowed applies) with binds
 // mounted read-only under /run/forge and limits tightened to memory (0 =
 // the default). In zygote mode it is a child of a template that has the
-// binds mounted (templateBinds), for ctx's tenant (HostedContext). The
+// binds mounted and imported warm (forge's own modules, from the binds:
+// never the tools module itself), for ctx's tenant (HostedContext). The
 // caller owns it: Discard it when done.
-func (e *Engine) StartHosted(ctx context.Context, image string, memory int64, binds []sandbox.Bind) (*sandbox.Sandbox, error) {
+func (e *Engine) StartHosted(ctx context.Context, image string, memory int64, binds []sandbox.Bind, warm []string) (*sandbox.Sandbox, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
@@ -30,7 +31,7 @@ func (e *Engine) StartHosted(ctx context.Context, image string, memory int64, bi
 	if err != nil {
 		return nil, refuse(err)
 	}
-	sb, err := e.startSandbox(context.WithValue(ctx, templateBindsKey{}, true), plan.Image, binds...)
+	sb, err := e.startSandbox(context.WithValue(ctx, templateBindsKey{}, hostedStart{warm: warm}), plan.Image, binds...)
 	if err != nil {
 		return nil, refuse(err)
 	}
@@ -46,9 +47,13 @@ func (e *Engine) StartHosted(ctx context.Context, image string, memory int64, bi
 // (sandbox.Config.TemplateBinds), one per tools snapshot and tenant.
 type templateBindsKey struct{}
 
-func templateBinds(ctx context.Context) bool {
-	b, _ := ctx.Value(templateBindsKey{}).(bool)
-	return b
+// hostedStart is the value of templateBindsKey: warm is what the template
+// imports (sandbox.Config.TemplateWarm).
+type hostedStart struct{ warm []string }
+
+func templateBinds(ctx context.Context) (warm []string, ok bool) {
+	h, ok := ctx.Value(templateBindsKey{}).(hostedStart)
+	return h.warm, ok
 }
 
 // HostedContext is ctx for the hosted sandboxes of p's calls: with

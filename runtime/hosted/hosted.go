@@ -379,11 +379,17 @@ func sameJSON(a, b []byte) bool {
 	return json.Compact(&ca, a) == nil && json.Compact(&cb, b) == nil && bytes.Equal(ca.Bytes(), cb.Bytes())
 }
 
+// templateWarm is what a zygote template of hosted calls imports before it
+// forks: forge_tools and its _hosted part (forge's own, from the sdk bind;
+// boot.py calls it), whose import runs a stand-in tool once. Never the
+// tools module: its code runs only in a child, a sandbox.
+var templateWarm = []string{"/run/forge/sdk", "forge_tools._hosted"}
+
 // boot starts a sandbox with the snapshot and forge_tools mounted and the
 // module imported.
 func (h *Host) boot(ctx context.Context, g *generation) (*sandbox.Sandbox, error) {
 	binds := []sandbox.Bind{{Source: h.sdkDir, Name: "sdk"}, {Source: g.snap.dir, Name: "tools"}}
-	sb, err := h.eng.StartHosted(ctx, h.cfg.Image, 0, binds)
+	sb, err := h.eng.StartHosted(ctx, h.cfg.Image, 0, binds, templateWarm)
 	if err != nil {
 		return nil, err
 	}
@@ -526,11 +532,19 @@ func (h *Host) poolFor(g *generation, tenant string) *pool.Pool {
 	if tenant != "" {
 		name += ":" + tenant
 	}
+	// Grown and shrunk as execute_python's pools are (pool.max_size,
+	// pool.memory_budget, pool.shrink_after): calls back to back would
+	// otherwise find a pool of pool_size dry at every call after the
+	// first few, and wait for a fork and the module's import.
+	pc := h.eng.Config().Pool
 	p := pool.New(pool.Options{
 		Name:              name,
 		Size:              h.cfg.PoolSize,
+		MaxSize:           max(pc.MaxSize, h.cfg.PoolSize),
+		MemoryBudget:      uint64(pc.MemoryBudget),
+		ShrinkAfter:       time.Duration(pc.ShrinkAfter),
 		MaxIdleAge:        10 * time.Minute,
-		RefillConcurrency: 1,
+		RefillConcurrency: max(pc.RefillConcurrency, 1),
 		// A call is a few ms; the boot of its replacement (an import)
 		// would share the CPU with it.
 		RefillHold: refillHold,
@@ -558,9 +572,19 @@ func (h *Host) Path() string { return h.cfg.Path }
 // PoolReady is how many sandboxes with the module imported wait in the
 // pools (0 without a pool).
 func (h *Host) PoolReady() int {
+	n := 0
+	for _, st := range h.PoolStats() {
+		n += st.Ready
+	}
+	return n
+}
+
+// PoolStats are the counters of the current table's pools (one per tenant
+// with sandboxes per tenant).
+func (h *Host) PoolStats() []pool.Stats {
 	g := h.current()
 	if g == nil || g.pools == nil {
-		return 0
+		return nil
 	}
 	g.pools.mu.Lock()
 	ps := make([]*pool.Pool, 0, len(g.pools.m))
@@ -568,9 +592,9 @@ func (h *Host) PoolReady() int {
 		ps = append(ps, p)
 	}
 	g.pools.mu.Unlock()
-	n := 0
-	for _, p := range ps {
-		n += p.Stats().Ready
+	out := make([]pool.Stats, 0, len(ps))
+	for _, p := range ps { // reads cgroup files: not under the lock
+		out = append(out, p.Stats())
 	}
-	return n
+	return out
 }

@@ -756,9 +756,15 @@ def op_exec(req):
 
 
 def _warm(modules):
+    """Import modules; an absolute path among them goes on sys.path first (a hosted tools
+    template's /run/forge/sdk, where forge's own forge_tools is: never a client's path)."""
     imported = []
     for name in modules:
         if not isinstance(name, str):
+            continue
+        if name.startswith("/"):
+            if name not in sys.path:
+                sys.path.insert(0, name)
             continue
         try:
             _call_user(__import__, name)

@@ -396,6 +396,11 @@ type Config struct {
 	// template's /run/forge, so BridgeDir is not mounted in it (no
 	// code-mode socket, no egress). In container mode it changes nothing.
 	TemplateBinds bool
+	// TemplateWarm are more modules a TemplateBinds template imports before
+	// it forks (an absolute path goes on its sys.path): forge's own code
+	// from the binds (forge_tools), never the binds' untrusted modules,
+	// which each child imports as a sandbox.
+	TemplateWarm []string
 	// UID is the uid (and gid) code runs as inside; container ids are
 	// mapped onto the sandbox's own block of host ids (Options.IDRange).
 	UID uint32

@@ -54,7 +54,7 @@ func bindsKey(cfg *Config) string {
 	for i, b := range cfg.Binds {
 		parts[i] = b.Name + "=" + b.Source
 	}
-	return strings.Join(parts, "\x00")
+	return strings.Join(parts, "\x00") + "\x00warm=" + strings.Join(cfg.TemplateWarm, ",")
 }
 
 // templateBinds makes t's directory of mount points (the rootfs is read-only
@@ -85,8 +85,8 @@ func (r *Runtime) RetireBinds(source string) {
 	var old []*template
 	for _, t := range r.templates {
 		if t.key.binds != "" && slices.ContainsFunc(strings.Split(t.key.binds, "\x00"), func(p string) bool {
-			_, src, _ := strings.Cut(p, "=")
-			return src == source
+			name, src, _ := strings.Cut(p, "=")
+			return name != "warm" && src == source
 		}) {
 			old = append(old, t)
 		}

@@ -735,6 +735,9 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 		argv = append(argv, "--python-fork")
 	}
 	argv = append(argv, r.zopts.Warm...)
+	if t.key.binds != "" {
+		argv = append(argv, cfg.TemplateWarm...)
+	}
 	opts := []SpecOpt{
 		WithRootfs(cfg.Rootfs),
 		WithHostname("zygote"),
