@@ -415,6 +415,7 @@ func (h *Handler) admitted(ctx context.Context, p engine.Principal, f func(conte
 // tenant gate (for the envd handlers).
 func (h *Handler) WithSession(ctx context.Context, sb *Sandbox, f func(*sandbox.Sandbox) error) error {
 	p := sb.Principal()
+	defer h.cmds.use(sb.ID)() // commands' polls step aside
 	return h.admitted(ctx, p, func(ctx context.Context) error { return h.opts.Engine.WithSession(ctx, p, sb.ID, f) })
 }
 

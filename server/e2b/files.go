@@ -111,6 +111,7 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, sb *Sandbox) 
 	var data []byte
 	err = h.admitted(r.Context(), p, func(ctx context.Context) error {
 		var err error
+		defer h.cmds.use(sb.ID)()
 		data, err = h.opts.Engine.ReadFile(ctx, p, sb.ID, rel)
 		return err
 	})
@@ -163,6 +164,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request, sb *Sandbox) er
 		}
 		p := sb.Principal()
 		if err := h.admitted(r.Context(), p, func(ctx context.Context) error {
+			defer h.cmds.use(sb.ID)()
 			return h.opts.Engine.WriteFile(ctx, p, sb.ID, rel, data)
 		}); err != nil {
 			return err

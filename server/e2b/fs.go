@@ -252,6 +252,7 @@ func (h *Handler) runSnippet(ctx context.Context, sb *Sandbox, src string, args 
 	if h.opts.Execute == nil {
 		return nil, connectErrorf(codeUnavailable, "forge's E2B face has no execute path configured")
 	}
+	defer h.cmds.use(sb.ID)() // commands' polls step aside
 	res, err := h.opts.Execute(ctx, engine.Request{Principal: sb.Principal(), Client: "e2b", Code: code,
 		SessionID: sb.ID, Image: sb.Image, Timeout: timeout, Progress: progress})
 	if err != nil {

@@ -63,7 +63,9 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, sb *Sandbox) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	// The context's namespace is the live one for the whole run.
+	// Commands' polls step aside for the run, and the context's namespace
+	// is the live one for the whole of it.
+	defer h.cmds.use(sb.ID)()
 	unlock, err := h.ctxs.enter(r.Context(), h, sb, ctxID)
 	if err != nil {
 		h.contextError(w, r, err, sb)

@@ -25,6 +25,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -62,8 +63,12 @@ const (
 	// brings back (the sandbox keeps at most commandSnippet's MAX_PENDING
 	// per command, then the command blocks on its pipe, as with any slow
 	// reader).
-	pollWait  = 100 * time.Millisecond
-	pollChunk = 512 << 10 // base64, it stays within the agent's default output cap (1 MiB)
+	pollWait = 100 * time.Millisecond
+	// pollWaitBusy is the poll's wait for busyFor after another call had
+	// the session: calls that come in a row wait less for the session.
+	pollWaitBusy = 10 * time.Millisecond
+	busyFor      = 2 * time.Second
+	pollChunk    = 512 << 10 // base64, it stays within the agent's default output cap (1 MiB)
 	// opTimeout bounds one run of commandSnippet.
 	opTimeout = 15 * time.Second
 )
@@ -139,6 +144,64 @@ type listResponse struct {
 type commandTable struct {
 	mu   sync.Mutex
 	runs map[string]map[uint32]*command // by sandbox id, then pid
+	// The session demand of each sandbox id: how many other calls want or
+	// hold its session (a poll then waits), a channel closed when none do
+	// any more, and when a call last wanted it (polls are short then).
+	want map[string]int
+	free map[string]chan struct{}
+	last map[string]time.Time
+}
+
+// use marks sandboxID's session wanted by a call until release: the next
+// polls wait for release, and are short for a while after it.
+func (t *commandTable) use(sandboxID string) (release func()) {
+	t.mu.Lock()
+	if t.want == nil {
+		t.want, t.free, t.last = map[string]int{}, map[string]chan struct{}{}, map[string]time.Time{}
+	}
+	t.want[sandboxID]++
+	if t.free[sandboxID] == nil {
+		t.free[sandboxID] = make(chan struct{})
+	}
+	t.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.last[sandboxID] = time.Now()
+			if t.want[sandboxID]--; t.want[sandboxID] == 0 {
+				delete(t.want, sandboxID)
+				close(t.free[sandboxID])
+				delete(t.free, sandboxID)
+			}
+		})
+	}
+}
+
+// beginPoll waits until no call wants sandboxID's session, then returns
+// how long the next poll may wait in the sandbox: pollWait, or
+// pollWaitBusy while calls come.
+func (t *commandTable) beginPoll(ctx context.Context, sandboxID string) (time.Duration, error) {
+	for {
+		t.mu.Lock()
+		free, last := t.free[sandboxID], t.last[sandboxID]
+		if free == nil && !last.IsZero() && time.Since(last) > busyFor {
+			delete(t.last, sandboxID)
+		}
+		t.mu.Unlock()
+		if free == nil {
+			if time.Since(last) < busyFor {
+				return pollWaitBusy, nil
+			}
+			return pollWait, nil
+		}
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 }
 
 // command is one running command: its poller publishes events to the
@@ -589,6 +652,8 @@ def done(rec):
         rec["open"] == 0 or time.monotonic() - rec["exited"] > 1)
 
 def poll(m, a):
+    # Waits up to a["wait"] for output or the end, holding the session that
+    # long at most.
     rec = m.procs.get(a["id"])
     if rec is None:
         return {"error": ["not_found", "the command is gone from the sandbox (it was restarted)"]}
@@ -605,14 +670,21 @@ def poll(m, a):
             out.append([kind, base64.b64encode(b).decode()])
             size += len(b)
         rec["pending"] -= size
-        m.cv.notify_all()
         fin = done(rec)
         if fin:
             rec["dropped"] = True  # the reader and writer threads end
-            m.cv.notify_all()
             del m.procs[a["id"]]
-            rc = rec["rc"]
-    return {"ok": {"out": out, "rc": rc if fin else None, "done": fin}}
+        m.cv.notify_all()
+    return {"ok": {"out": out, "rc": rec["rc"] if fin else None, "done": fin}}
+
+def run(a):
+    # An interrupt meant for other code (a run's timeout) must not cut an op
+    # short: output taken and not answered would be lost.
+    old = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        return main(a)
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 def main(a):
     m = host()
@@ -651,39 +723,65 @@ func commandCode(args map[string]any) (string, error) {
 		return "", err
 	}
 	lit, _ := json.Marshal(string(a))
-	s, _ := json.Marshal(fmt.Sprintf(commandSnippet, maxPendingStdin) + "\nprint(json.dumps(main(json.loads(" + string(lit) + "))))\n")
+	s, _ := json.Marshal(fmt.Sprintf(commandSnippet, maxPendingStdin) + "\nprint(json.dumps(run(json.loads(" + string(lit) + "))))\n")
 	return fmt.Sprintf("exec(%s, {'__name__': '__forge_e2b__'})", s), nil
 }
+
+// errPreempted: the op was interrupted before it answered (a late
+// SIGINT meant for a run before it, before the op could ignore it).
+var errPreempted = errors.New("interrupted before it answered")
 
 // commandOp runs one op of commandSnippet in sb's running sandbox and
 // decodes its "ok" into out. It takes the session for the op only, and
 // bypasses the tenant gate: the command it serves was admitted at Start.
 func (h *Handler) commandOp(ctx context.Context, sb *Sandbox, args map[string]any, out any) error {
+	for try := 0; ; try++ {
+		err := h.commandOpOnce(ctx, sb, args, out)
+		if !errors.Is(err, errPreempted) || try == 2 {
+			return err
+		}
+	}
+}
+
+func (h *Handler) commandOpOnce(ctx context.Context, sb *Sandbox, args map[string]any, out any) error {
 	code, err := commandCode(args)
 	if err != nil {
 		return err
 	}
+	if args["op"] != "poll" {
+		defer h.cmds.use(sb.ID)()
+	}
 	var line string
 	err = h.opts.Engine.WithSession(ctx, sb.Principal(), sb.ID, func(s *sandbox.Sandbox) error {
-		res, err := s.Exec(ctx, code, sandbox.ExecOptions{Timeout: opTimeout, KeepAlive: true, Grace: time.Second})
-		switch {
-		case err != nil:
+		// Not cancelled with ctx: an op is short, and a run cut off while
+		// its request is written breaks the sandbox's channel.
+		res, err := s.Exec(context.WithoutCancel(ctx), code, sandbox.ExecOptions{Timeout: opTimeout, KeepAlive: true, Grace: time.Second})
+		if err != nil {
 			return err
+		}
+		line = strings.TrimSpace(res.Stdout)
+		if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+			line = line[i+1:]
+		}
+		switch {
+		case line != "" && json.Valid([]byte(line)):
+			return nil // the answer came, whatever happened after it (an interrupt)
 		case res.OOMKilled:
 			return connectErrorf(codeResourceExhausted, "the sandbox ran out of memory (its memory limit); the session is lost")
+		case res.Error != nil && res.Error.Type == "KeyboardInterrupt":
+			return errPreempted // an interrupt meant for a run before it
 		case res.TimedOut:
 			return connectErrorf(codeDeadlineExceeded, "forge's command helper did not answer within %s", opTimeout)
 		case res.Error != nil:
 			return connectErrorf(codeInternal, "forge's command helper failed in the sandbox: %s: %s", res.Error.Type, truncate(res.Error.Message, 300))
 		}
-		line = strings.TrimSpace(res.Stdout)
 		return nil
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errPreempted):
+		return errPreempted
+	case err != nil:
 		return engineError(err)
-	}
-	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
-		line = line[i+1:]
 	}
 	var rep struct {
 		OK    json.RawMessage `json:"ok"`
@@ -754,6 +852,7 @@ func (h *Handler) startCommand(ctx context.Context, sb *Sandbox, args map[string
 	if h.opts.Execute == nil {
 		return 0, connectErrorf(codeUnavailable, "forge's E2B face has no execute path configured")
 	}
+	defer h.cmds.use(sb.ID)()
 	res, err := h.opts.Execute(ctx, engine.Request{Principal: sb.Principal(), Client: "e2b", Code: code,
 		SessionID: sb.ID, Image: sb.Image, Timeout: opTimeout})
 	switch {
@@ -862,9 +961,17 @@ func (h *Handler) pollCommand(ctx context.Context, sb *Sandbox, c *command, dead
 			RC   *int        `json:"rc"`
 			Done bool        `json:"done"`
 		}
-		err := h.commandOp(ctx, sb, map[string]any{"op": "poll", "id": c.pid, "wait": pollWait.Seconds(), "chunk": pollChunk}, &rep)
+		wait, err := h.cmds.beginPoll(ctx, sb.ID)
 		if err != nil {
+			continue // ctx ended: the loop's top finishes
+		}
+		err = h.commandOp(ctx, sb, map[string]any{"op": "poll", "id": c.pid, "wait": wait.Seconds(), "chunk": pollChunk}, &rep)
+		switch {
+		case errors.Is(err, errPreempted):
+			continue // interrupted before it took anything: poll again
+		case err != nil:
 			if ctx.Err() == nil {
+				h.log.Warn("a command's output could not be fetched; its streams end", "sandbox", sb.ID, "pid", c.pid, "err", err)
 				c.finish(nil, err)
 			}
 			return
