@@ -47,7 +47,8 @@ func TestCompose(t *testing.T) {
 	}
 	conf, ok := mounted["/etc/forge/forge.yaml"]
 	must(t, ok && conf.ReadOnly, "forge.yaml is not mounted read-only at /etc/forge/forge.yaml")
-	must(t, len(svc.Command) == 3 && svc.Command[1] == "/etc/forge/forge.yaml", "command %v does not use the mounted config", svc.Command)
+	must(t, len(svc.Command) >= 3 && svc.Command[1] == "/etc/forge/forge.yaml", "command %v does not use the mounted config", svc.Command)
+	checkServeArgs(t, svc.Command, cfg.Server.HTTPAddr)
 	if len(svc.Ports) != 1 {
 		t.Fatalf("ports %+v", svc.Ports)
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,4 +167,39 @@ func must(t *testing.T, ok bool, format string, args ...any) {
 	if !ok {
 		t.Errorf(format, args...)
 	}
+}
+
+// checkServeArgs: forge serve refuses a non-loopback address unless it is
+// given --allow-remote (server.ListenAddr), so a container whose
+// configuration listens on 0.0.0.0 must pass it, or it exits 2 at start (the
+// pods crash-looped on a real cluster before this check).
+func checkServeArgs(t *testing.T, args []string, httpAddr string) {
+	t.Helper()
+	i := slices.Index(args, "serve")
+	if i < 0 {
+		t.Fatalf("args %v do not run forge serve", args)
+	}
+	host, _, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		t.Fatalf("server.http_addr %q: %v", httpAddr, err)
+	}
+	if ip, err := netip.ParseAddr(host); (err == nil && ip.IsLoopback()) || host == "localhost" {
+		return
+	}
+	must(t, slices.Contains(args[i+1:], "--allow-remote"), "forge listens on %s but serve's args %v lack --allow-remote: forge would refuse to start", httpAddr, args[i+1:])
+}
+
+// probe GETs path the way a kubelet's httpGet probe does: Host is the pod's
+// IP and port (never one of server.allowed_hosts), no token.
+func probe(t *testing.T, base, path string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+	req.Host = "198.18.0.73:8080"
+	req.Header.Set("User-Agent", "kube-probe/1.34")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("probe %s: %v", path, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
