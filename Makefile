@@ -7,7 +7,7 @@ CACHE     := $(or $(FORGE_CACHE_DIR),$(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME)/fo
 export CGO_ENABLED := 1
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: FORCE all deps build oci image image-data image-trixie test-images run test test-sdk test-clients test-v2 test-api test-e2b test-agentsandbox bench-e2b test-deploy load stress fuzz bench lint clean
+.PHONY: FORCE all deps build oci image image-data image-trixie test-images run test test-sdk k8s-up k8s-down test-k8s test-clients test-v2 test-api test-e2b test-agentsandbox bench-e2b test-deploy load stress fuzz bench lint clean
 
 all: build
 
@@ -90,6 +90,21 @@ test: build test-images $(MCPSERVER)
 	$(MAKE) --no-print-directory test-agentsandbox
 	@if [ -f test/clients/package.json ]; then $(MAKE) --no-print-directory test-clients; fi
 	$(MAKE) --no-print-directory test-v2
+	$(MAKE) --no-print-directory test-k8s
+
+# A one-node Kubernetes v1.34.4 on this machine (scripts/k8s, docs/deploy.md):
+# built from the Go module proxy (test/k8s/kbin, cached), on Debian's
+# containerd, everything on loopback, forge's image (make oci) loaded.
+# k8s-up prints the kubeconfig and PATH to use; k8s-down stops it and cleans
+# the host. test-k8s: up, the suite test/k8s on it, down.
+k8s-up: oci
+	scripts/k8s/up.sh
+
+k8s-down:
+	scripts/k8s/down.sh
+
+test-k8s: oci
+	scripts/k8s/test.sh
 
 # The sandbox tests in a pure cgroup v2 guest under qemu (scripts/v2-guest.sh;
 # README "Tests" says how long it takes). V2_RUN=REGEX picks tests.

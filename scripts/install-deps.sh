@@ -7,6 +7,9 @@ pkgs=(gcc libc6-dev make pkg-config libseccomp-dev debootstrap git ca-certificat
 # The MCP App's browser test (test/clients/app-browser.mjs) drives Debian's
 # Chromium with playwright-core.
 pkgs+=(chromium)
+# make k8s-up / test-k8s (scripts/k8s): the node's container runtime, CNI
+# plugins and what kube-proxy drives; Kubernetes itself is built (kbin).
+pkgs+=(containerd runc containernetworking-plugins iptables conntrack openssl curl)
 # forge_tools' tests (make test-sdk) make a venv when pytest or pydantic is missing.
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
 	pkgs+=(python3-venv python3-pip)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	_ "time/tzdata"
 
 	"github.com/spf13/cobra"
@@ -32,7 +33,7 @@ const usage = "usage: kbin etcd|kube-apiserver|kube-controller-manager|kube-sche
 func main() {
 	name := filepath.Base(os.Args[0])
 	args := os.Args[1:]
-	if name == "kbin" {
+	if strings.HasPrefix(name, "kbin") { // kbin itself, or its cached copy kbin-VERSION-HASH
 		if len(args) == 0 {
 			fmt.Fprintln(os.Stderr, usage)
 			os.Exit(2)
