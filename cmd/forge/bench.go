@@ -62,8 +62,10 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	asJSON := fs.Bool("json", false, "")
 	image := fs.String("image", "", "")
 	cpuProfile := fs.String("cpuprofile", "", "")
+	var xo extraOpts
+	xo.flags(fs)
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *runs < 10 {
-		return usagef("bench: [--runs N>=10] [--json] [--image REF] [--cpuprofile FILE]\n\n%s", benchUsage)
+		return usagef("bench: [--runs N>=10] [--json] [--image REF] [--cpuprofile FILE] %s\n\n%s%s", extraFlagsUsage, benchUsage, extraUsage)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -85,6 +87,13 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	py := "/usr/bin/python3"
 	if _, err := exec.LookPath(py); err != nil {
 		py = "python3"
+	}
+	extra, err := benchExtras(ctx, g, cfg, py, xo)
+	if err != nil || xo.only != "" {
+		if err == nil {
+			err = extra.print(g.stdout, *asJSON)
+		}
+		return err
 	}
 	bare := measure(*runs/4, func() error {
 		return exec.CommandContext(ctx, py, "-c", "print(1)").Run()
@@ -222,7 +231,8 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 		}
 	}
 	if *asJSON {
-		return json.NewEncoder(g.stdout).Encode(map[string]any{"results": rows, "pool": st, "idle_sandbox_memory_bytes": idleMem})
+		return json.NewEncoder(g.stdout).Encode(map[string]any{"results": rows, "pool": st, "idle_sandbox_memory_bytes": idleMem,
+			"probes": extra.Probes, "cli": extra.CLI})
 	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\truns\tfail\tp50 ms\tp95 ms\tp99 ms\t× bare\t× warm\truns/s\tpool hits\t")
@@ -255,6 +265,7 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 			fmt.Fprintf(g.stdout, "%s: %.2f × the bare loop measured beside it\n", r.Name, r.LoopRatioBeside)
 		}
 	}
+	extra.print(g.stdout, false)
 	for _, s := range st {
 		fmt.Fprintf(g.stdout, "pool %s: hits %d, misses %d, cold starts %d; idle pooled sandbox %.1f MiB (warm modules: %d)\n",
 			s.Name, s.Hits, s.Misses, s.ColdStarts, float64(idleMem)/(1<<20), len(wcfg.Pool.WarmModules))

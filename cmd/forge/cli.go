@@ -84,6 +84,7 @@ type globals struct {
 
 // Main runs the CLI and returns the process exit code.
 func Main(args []string) int {
+	warmAllowed = true
 	return run(args, os.Stdin, os.Stdout, os.Stderr)
 }
 
@@ -119,15 +120,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmds := map[string]func(context.Context, *globals, []string) error{
-		"serve":   cmdServe,
-		"run":     cmdRun,
-		"image":   cmdImage,
-		"env":     cmdEnv,
-		"gc":      cmdGC,
-		"doctor":  cmdDoctor,
-		"bench":   cmdBench,
-		"version": cmdVersion,
-		"token":   cmdToken,
+		"serve":     cmdServe,
+		"run":       cmdRun,
+		"image":     cmdImage,
+		"env":       cmdEnv,
+		"gc":        cmdGC,
+		"doctor":    cmdDoctor,
+		"bench":     cmdBench,
+		"version":   cmdVersion,
+		"token":     cmdToken,
+		warmCommand: cmdWarmRunner,
 	}
 	cmd, ok := cmds[rest[0]]
 	if !ok {

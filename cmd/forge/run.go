@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
+	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 )
@@ -19,6 +20,9 @@ import (
 const runUsage = `Usage: forge run [--image REF] [--timeout SECONDS] [--memory SIZE] [--cpus N] [--json] [-f FILE | CODE | -]
 
 Runs CODE (or the file, or stdin with "-") once in a fresh sandbox.
+The first run starts a warm runner of this user that makes later runs fast
+and exits after FORGE_RUN_WARM (default 30s) without a run; FORGE_RUN_WARM=0
+runs every call in this process alone.
 Exit codes: 0 ok, 1 the code failed, 2 usage/config error, 3 sandbox/infrastructure error.
 `
 
@@ -61,16 +65,7 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Pool.Enabled = false
-	eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Progress: g.stderr})
-	if err != nil {
-		return err
-	}
-	defer eng.Close(0)
-	if _, err := eng.Validate(req); err != nil {
-		return usageError{err}
-	}
-	res, err := eng.Execute(ctx, req)
+	res, err := runCode(ctx, g, cfg, req)
 	if err != nil {
 		return err
 	}
@@ -87,6 +82,36 @@ func cmdRun(ctx context.Context, g *globals, args []string) error {
 	}
 	return nil
 }
+
+// runCode runs req through the warm runner (warm.go) when it is on, else,
+// or when the runner cannot be used, in a one-shot engine of this process.
+func runCode(ctx context.Context, g *globals, cfg *profiles.Config, req engine.Request) (*kernel.Result, error) {
+	if warmAllowed {
+		idle, err := warmIdle()
+		if err != nil {
+			return nil, err
+		}
+		if idle > 0 {
+			if res, ok, err := runWarm(ctx, g, cfg, req); ok || err != nil {
+				return res, err
+			}
+		}
+	}
+	cfg.Pool.Enabled = false
+	eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Progress: g.stderr})
+	if err != nil {
+		return nil, err
+	}
+	defer eng.Close(0)
+	if _, err := eng.Validate(req); err != nil {
+		return nil, usageError{err}
+	}
+	return eng.Execute(ctx, req)
+}
+
+// warmAllowed is set by Main: only a forge process (not a test calling run
+// in-process) can start the warm runner, which re-executes the binary.
+var warmAllowed bool
 
 // readCode takes the code from -f FILE, the single argument, or stdin ("-").
 func readCode(stdin io.Reader, file string, args []string) (string, error) {
