@@ -664,9 +664,9 @@ func (e *Engine) Close(grace time.Duration) error {
 	pools := e.pools
 	e.pools = nil
 	e.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	errs := []error{e.sessions.Close(ctx)}
+	// No deadline over all sessions: each has its own (session.StopSaveTimeout);
+	// a shared one lost every session after the first minute's worth.
+	errs := []error{e.sessions.Close(context.Background())}
 	for _, p := range pools {
 		errs = append(errs, p.Close())
 	}

@@ -947,7 +947,8 @@ func (m *Manager) idleOut(s *Session) {
 }
 
 // Close hibernates (or, without persistence, destroys) every session of
-// this process.
+// this process (see stopAll: bounded parallelism, a deadline per session).
+// Cancelling ctx abandons the sessions not yet saved.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -962,20 +963,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	close(m.stop)
 	m.reaped.Wait()
-	var errs []error
-	for _, s := range all {
-		s.mu.Lock()
-		if m.opts.Persist {
-			errs = append(errs, s.hibernateLocked(ctx, true))
-		} else if s.sb != nil {
-			_ = s.sb.Destroy()
-			s.setSandbox(nil)
-			os.RemoveAll(s.dir())
-		}
-		m.release(s)
-		s.mu.Unlock()
-	}
-	return errors.Join(errs...)
+	return m.stopAll(ctx, all)
 }
 
 // Live is the number of sessions with a running sandbox in this process.
