@@ -29,7 +29,9 @@ back-to-back calls after 2 s idle and under sustained back-to-back load,
 with the share of calls the pool served; then, for each sandbox mode
 (container and zygote), cold latency and burst throughput at concurrency
 1, 2, 4 with the pool off (every run a fresh sandbox), and zygote mode with
-the pool, each beside bare python measured again just before it.
+the pool, each beside bare python measured again just before it; then a
+hosted tool called back to back beside execute_python runs back to back,
+and the first call of each after 1 s idle.
 --cpuprofile writes a Go CPU profile of forge itself (go tool pprof).
 `
 
@@ -53,6 +55,9 @@ type benchRow struct {
 	// runs/s over the sequential bare loop's.
 	RatioBeside     float64 `json:"ratio_to_bare_beside,omitempty"`
 	LoopRatioBeside float64 `json:"ratio_to_loop_beside,omitempty"`
+	// RatioExec is a hosted tool row's p50 over the execute_python row
+	// measured beside it (benchHosted).
+	RatioExec float64 `json:"ratio_to_execute_python,omitempty"`
 }
 
 func cmdBench(ctx context.Context, g *globals, args []string) error {
@@ -225,6 +230,11 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 		return err
 	}
 	rows = append(rows, modeRows...)
+	hostedRows, err := benchHosted(ctx, g, cfg, *runs)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, hostedRows...)
 	for i := range rows {
 		if bare.P50MS > 0 {
 			rows[i].RatioBare = rows[i].P50MS / bare.P50MS
@@ -263,6 +273,9 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 		}
 		if r.LoopRatioBeside > 0 {
 			fmt.Fprintf(g.stdout, "%s: %.2f × the bare loop measured beside it\n", r.Name, r.LoopRatioBeside)
+		}
+		if r.RatioExec > 0 {
+			fmt.Fprintf(g.stdout, "%s: p50 %.2f × execute_python measured beside it\n", r.Name, r.RatioExec)
 		}
 	}
 	extra.print(g.stdout, false)
