@@ -299,6 +299,10 @@ func cmdWarmRunner(ctx context.Context, g *globals, args []string) error {
 			return fmt.Errorf("locking %s: %w", dir, err)
 		}
 	}
+	// The lock file names the runner (forge gc, people, tests).
+	if err := lock.Truncate(0); err == nil {
+		lock.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
 	cfg.Pool.Enabled = false
 	eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log})
 	if err != nil {
@@ -419,6 +423,11 @@ func (w *warmRunner) handle(conn *net.UnixConn) {
 	if peer.UID != w.uid {
 		w.log.Warn("warm runner: refused a connection of another user", "peer_uid", peer.UID, "peer_pid", peer.PID, "owner_uid", w.uid)
 		enc.Encode(warmReply{Exit: exitInfra, Error: fmt.Sprintf("the warm runner serves uid %d only, not uid %d", w.uid, peer.UID)})
+		// Unread bytes at close would reset the connection before the
+		// refusal is read: end the reply, then drain a little, briefly.
+		conn.CloseWrite()
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		io.Copy(io.Discard, io.LimitReader(conn, 1<<20))
 		return
 	}
 	limit := int64(w.eng.Config().Execution.MaxCodeSize) + 64<<10
