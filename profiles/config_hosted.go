@@ -11,7 +11,7 @@ type HostedToolsConfig struct {
 	MaxSchemaSize  Size     `yaml:"max_schema_size" doc:"Largest inputSchema (and outputSchema) of one tool, as JSON."`
 	MaxTableSize   Size     `yaml:"max_table_size" doc:"Largest tool table read back from the sandbox, as JSON; at most 1m (the agent's output cap)."`
 	MaxSourceSize  Size     `yaml:"max_source_size" doc:"Largest tools file or package (all files together) that is snapshotted for the sandboxes."`
-	PoolSize       int      `yaml:"pool_size" doc:"Sandboxes kept ready with the module already imported; 0 starts (and imports) one per call."`
+	PoolSize       int      `yaml:"pool_size" doc:"Sandboxes kept ready with the module already imported (a pool per tenant when sandboxes are per tenant); under calls back to back the pool grows as execute_python's does (pool.max_size, pool.memory_budget, pool.shrink_after). In zygote mode each is a child of a template that has the module's snapshot mounted (sandbox.zygote_tool_templates). 0 starts (and imports) one per call."`
 	Persistent     bool     `yaml:"persistent" doc:"Keep one warm worker per principal and tool for every tool, as if each declared persistent=True. A worker is never shared across principals."`
 	MaxWorkers     int      `yaml:"max_workers" doc:"Most persistent workers alive at once; the least recently used is stopped to make room."`
 	SaveTool       string   `yaml:"save_tool" doc:"The save_tool and remove_tool tools, which promote a function defined in a session into a hosted tool of that principal: refuse (not listed), approve (the client is asked through elicitation; a client without elicitation is refused), or allow."`

@@ -124,9 +124,16 @@ func modeCheck(cfg *profiles.Config) check {
 	c := check{Name: "sandbox mode", Found: true, Disables: "zygote mode (sandboxes start as containers)"}
 	switch cfg.Sandbox.Mode {
 	case string(sandbox.ModeZygote):
+		tools, how := cfg.Sandbox.ZygoteToolTemplates, "sandbox.zygote_tool_templates"
+		if tools == 0 {
+			tools = sandbox.BindsTemplatesFor(idmap.Range{Start: cfg.Security.UIDRangeStart, Size: cfg.Security.UIDRangeSize},
+				cfg.Security.UIDMapSize, cfg.Sandbox.ZygoteSlots)
+			how += " 0: derived from the host uid range"
+		}
 		c.Detail = fmt.Sprintf("zygote (sandbox.mode, the default): each sandbox is forked from a warm template of its image, "+
-			"recycled after %d forks or %s; hosted tools, sandboxed MCP servers and builds start as containers",
-			cfg.Sandbox.ZygoteForks, cfg.Sandbox.ZygoteMaxAge)
+			"recycled after %d forks or %s; hosted tool calls fork from templates of their tools module (at most %d modules at once, %s); "+
+			"sandboxed MCP servers and builds start as containers",
+			cfg.Sandbox.ZygoteForks, cfg.Sandbox.ZygoteMaxAge, tools, how)
 		n := strings.TrimSpace(readFile("/proc/sys/user/max_user_namespaces"))
 		if n == "" || n == "0" {
 			c.Found = false

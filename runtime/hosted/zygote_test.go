@@ -20,6 +20,12 @@ import ctypes, os
 from forge_tools import tool
 
 _state = {"n": 0}
+# What the module's import ran with: a child's (no capabilities), never a template's.
+_IMPORT_CAPS = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")][0]
+
+@tool
+def import_caps() -> str:
+    return _IMPORT_CAPS
 
 @tool
 def leak() -> dict:
@@ -100,6 +106,13 @@ func TestHostedZygoteChildren(t *testing.T) {
 		}
 		if after.BindsTemplates < 1 {
 			t.Fatalf("binds templates = %d, want the module's", after.BindsTemplates)
+		}
+	})
+	t.Run("the module is imported in the child, not the template", func(t *testing.T) {
+		// A template holds CAP_SETUID and CAP_SETGID; a child, after its
+		// fork steps, none: the module's own code runs only there.
+		if r := call(t, h, p, "import_caps", `{}`); r.IsError || r.Text != "0000000000000000" {
+			t.Fatalf("import_caps = %+v, want no effective capabilities", r)
 		}
 	})
 	t.Run("no state leaks into the next call", func(t *testing.T) {
