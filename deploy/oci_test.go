@@ -84,7 +84,8 @@ pivot_root . .oldroot
 exec "$@"`
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script, "sh", root,
 		"/usr/bin/forge", "run", "--json", "import sys, ssl; print(sys.version_info[:2]); 6 * 7")
-	cmd.Env = append(slices.Clone(c.Env), "FORGE_SECURITY_UID_RANGE_START=1610612736", "FORGE_SECURITY_UID_RANGE_SIZE=16777216")
+	cmd.Env = append(slices.Clone(c.Env), "FORGE_SECURITY_UID_RANGE_START=1610612736", "FORGE_SECURITY_UID_RANGE_SIZE=16777216",
+		"FORGE_RUN_WARM=0") // one-shot: no warm runner left in the throw-away root
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()

@@ -284,7 +284,7 @@ func (x extras) print(w io.Writer, asJSON bool) error {
 // The first call is untimed: it starts the warm runner (or, with the warm
 // runner off, is the same as the others). The runner is stopped after.
 func benchCLI(ctx context.Context, g *globals, cfg *profiles.Config, py string, n int) ([]benchRow, error) {
-	self, err := os.Executable()
+	self, err := executable()
 	if err != nil {
 		return nil, fmt.Errorf("bench: finding forge's own binary: %w", err)
 	}

@@ -131,6 +131,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		"token":     cmdToken,
 		warmCommand: cmdWarmRunner,
 	}
+	if warmOnly && rest[0] != "run" {
+		fastFellBack = true
+		return exitOK
+	}
 	cmd, ok := cmds[rest[0]]
 	if !ok {
 		if rest[0] == "help" {

@@ -25,6 +25,13 @@ func main() {
 	if hooks.Reexec() {
 		return
 	}
+	// The warm runner re-executes this binary; inside the rootless
+	// namespace /proc/self/exe no longer names it, so remember it here.
+	rememberExecutable()
+	// An ordinary user's run served by a warm runner needs no namespace.
+	if code, ok := fastRun(os.Args[1:]); ok {
+		os.Exit(code)
+	}
 	// An ordinary user's forge runs as root of a user namespace of its
 	// own; Enter re-executes it there and does not return.
 	if err := rootless.Enter(); err != nil {

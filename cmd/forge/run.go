@@ -92,10 +92,19 @@ func runCode(ctx context.Context, g *globals, cfg *profiles.Config, req engine.R
 			return nil, err
 		}
 		if idle > 0 {
-			if res, ok, err := runWarm(ctx, g, cfg, req); ok || err != nil {
+			res, ok, err := runWarm(ctx, g, cfg, req)
+			if errors.Is(err, errNoRunner) {
+				fastFellBack = true
+				return nil, err
+			}
+			if ok || err != nil {
 				return res, err
 			}
 		}
+	}
+	if warmOnly {
+		fastFellBack = true
+		return nil, errNoRunner
 	}
 	cfg.Pool.Enabled = false
 	eng, err := engine.New(ctx, engine.Options{Config: cfg, Logger: g.log, Progress: g.stderr})

@@ -20,6 +20,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -33,7 +34,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -42,6 +45,7 @@ import (
 
 	"github.com/mcp-forge/forge/internal/ownedsock"
 	"github.com/mcp-forge/forge/internal/peercred"
+	"github.com/mcp-forge/forge/internal/rootless"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
@@ -55,6 +59,59 @@ const defaultWarmIdle = 30 * time.Second
 
 // warmCommand is the runner's hidden subcommand.
 const warmCommand = "__warm-runner"
+
+// warmOnly is set by fastRun: a run may only use a runner that is there.
+var warmOnly bool
+
+// errNoRunner: no runner answered a warmOnly run, which did not start.
+var errNoRunner = errors.New("no warm runner")
+
+// fastRun is an ordinary user's `forge run` before the rootless re-exec:
+// when a warm runner answers, the run needs no user namespace of its own
+// (the runner has one), so the re-exec and its id mapping are saved. ok is
+// false when the normal path must run instead (another command, code on
+// stdin, no runner yet: that path starts one). Output is held until the
+// run is known to have been served.
+func fastRun(args []string) (code int, ok bool) {
+	if os.Geteuid() == 0 || len(args) == 0 || slices.Contains(args, "-") || os.Getenv(warmEnv) == "0" {
+		return 0, false
+	}
+	warmAllowed, warmOnly = true, true
+	defer func() { warmOnly = false }()
+	var out, errb bytes.Buffer
+	code = run(args, strings.NewReader(""), &out, &errb)
+	if fastFellBack {
+		return 0, false
+	}
+	os.Stdout.Write(out.Bytes())
+	os.Stderr.Write(errb.Bytes())
+	return code, true
+}
+
+// fastFellBack is set when a warmOnly run could not be served.
+var fastFellBack bool
+
+// selfEnv carries forge's own path into the rootless namespace, where
+// os.Executable does not find it.
+const selfEnv = "_FORGE_EXECUTABLE"
+
+// rememberExecutable records forge's path before a rootless re-exec.
+func rememberExecutable() {
+	if os.Getenv(selfEnv) != "" {
+		return
+	}
+	if p, err := os.Executable(); err == nil && filepath.IsAbs(p) && p != "/" {
+		os.Setenv(selfEnv, p)
+	}
+}
+
+// executable is forge's own binary.
+func executable() (string, error) {
+	if p := os.Getenv(selfEnv); p != "" {
+		return p, nil
+	}
+	return os.Executable()
+}
 
 // warmIdle reads FORGE_RUN_WARM.
 func warmIdle() (time.Duration, error) {
@@ -74,7 +131,7 @@ func warmIdle() (time.Duration, error) {
 
 // warmDir is the runner's directory under the state dir.
 func warmDir(stateDir string) string {
-	return filepath.Join(stateDir, "run", "warm-"+strconv.Itoa(os.Geteuid()))
+	return filepath.Join(stateDir, "run", "warm-"+strconv.Itoa(rootless.UID()))
 }
 
 // warmRequest is one run sent to the runner.
@@ -103,7 +160,7 @@ func fingerprint(cfg *profiles.Config) (string, error) {
 	if err := json.NewEncoder(h).Encode(cfg); err != nil {
 		return "", fmt.Errorf("fingerprinting the configuration: %w", err)
 	}
-	if self, err := os.Executable(); err == nil {
+	if self, err := executable(); err == nil {
 		if fi, err := os.Stat(self); err == nil {
 			fmt.Fprintf(h, "%s %d %d %s", self, fi.Size(), fi.ModTime().UnixNano(), version)
 		}
@@ -123,6 +180,9 @@ func runWarm(ctx context.Context, g *globals, cfg *profiles.Config, req engine.R
 	wr := warmRequest{Op: "run", Fingerprint: fp, Code: req.Code, Image: req.Image, Timeout: req.Timeout, Memory: req.Memory, CPUs: req.CPUs}
 	for attempt := 0; attempt < 2; attempt++ {
 		conn, err := dialWarm(dir)
+		if err != nil && warmOnly {
+			return nil, false, errNoRunner
+		}
 		if err != nil {
 			if conn, err = startWarm(ctx, g, dir); err != nil {
 				g.log.Warn("forge run: the warm runner is unavailable; running one-shot", "dir", dir, "err", err)
@@ -134,6 +194,9 @@ func runWarm(ctx context.Context, g *globals, cfg *profiles.Config, req engine.R
 		if err != nil {
 			g.log.Warn("forge run: the warm runner failed; running one-shot", "err", err)
 			return nil, false, nil
+		}
+		if rep.Stale && warmOnly {
+			return nil, false, errNoRunner
 		}
 		if rep.Stale {
 			waitGone(dir, 5*time.Second) // it exits; the next attempt starts a new one
@@ -181,7 +244,7 @@ func startWarm(ctx context.Context, g *globals, dir string) (*net.UnixConn, erro
 	if err := checkWarmDir(dir); err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
+	self, err := executable()
 	if err != nil {
 		return nil, err
 	}

@@ -121,9 +121,10 @@ func newUser(t *testing.T) *user {
 }
 
 // env is the user's own environment: no XDG variables, so forge's state
-// lands in ~/.local/state/forge.
+// lands in ~/.local/state/forge. forge run is one-shot here (no warm
+// runner outliving the command; TestRootlessWarmRunner tests that).
 func (u *user) env() []string {
-	return []string{"HOME=" + u.home, "USER=" + u.name, "LOGNAME=" + u.name, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}
+	return []string{"HOME=" + u.home, "USER=" + u.name, "LOGNAME=" + u.name, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "FORGE_RUN_WARM=0"}
 }
 
 func (u *user) cmd(ctx context.Context, args ...string) *exec.Cmd {
