@@ -139,6 +139,9 @@ func (c *Config) validateLimits(p *problems) {
 	if l.Pids != 0 {
 		atLeast(p, "limits.pids", l.Pids, "execution.max_pids", e.MaxPids)
 	}
+	if cg := l.CgroupParent; cg != "" && (path.Clean(cg) != cg || path.IsAbs(cg) || cg == "." || strings.HasPrefix(cg, "..")) {
+		p.add("limits.cgroup_parent", "must be a clean relative cgroup path such as forge or forge-b, got %q", cg)
+	}
 }
 
 func (c *Config) validateImages(p *problems) {

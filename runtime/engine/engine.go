@@ -124,7 +124,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 	e.rt, err = sandbox.NewRuntime(ctx, sandbox.Options{StateDir: cfg.StateDir, Logger: opts.Logger,
 		IDRange:     idmap.Range{Start: cfg.Security.UIDRangeStart, Size: cfg.Security.UIDRangeSize},
 		IDBlockSize: cfg.Security.UIDMapSize,
-		Budget:      budget, Parent: parent,
+		Budget:      budget, Parent: parent, CgroupParent: cfg.Limits.CgroupParent,
 		Mode: sandbox.Mode(cfg.Sandbox.Mode),
 		Zygote: sandbox.ZygoteOptions{Forks: cfg.Sandbox.ZygoteForks, MaxAge: cfg.Sandbox.ZygoteMaxAge.Std(),
 			Slots: cfg.Sandbox.ZygoteSlots, BindsTemplates: cfg.Sandbox.ZygoteToolTemplates, Warm: append(slices.Clone(cfg.Pool.WarmModules), cfg.Pool.WarmModulesData...)}})
@@ -187,6 +187,7 @@ func New(ctx context.Context, opts Options) (_ *Engine, retErr error) {
 		StateLimit:    int64(cfg.Execution.TmpSize),
 		Start:         e.acquireImage,
 		Logger:        opts.Logger,
+		Headroom:      func() (int64, bool) { return sandbox.ParentHeadroom(parentCgroupName(cfg)) },
 		OnEvent: func(event, owner, id string) {
 			e.audit.Log(audit.Event{Event: event, Severity: audit.SeverityInfo, SessionID: id, Principal: owner})
 		},

@@ -131,6 +131,10 @@ type Options struct {
 	// sessions live in Dir/.principals/o-HASH (a name no session id can
 	// have).
 	LocalOwner string
+	// Headroom is how many bytes forge's parent cgroup may still charge
+	// (ok false: unknown). A stop saves fewer sessions at once when their
+	// pickles would not fit (stop.go).
+	Headroom func() (free int64, ok bool)
 	// Member and Advertise, in cluster mode, name this replica and where
 	// its peers reach it; each session's meta records its holder's, and
 	// Holder reports them to the replicas that forward calls.

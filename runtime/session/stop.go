@@ -53,6 +53,7 @@ func (m *Manager) stopAll(ctx context.Context, all []*Session) error {
 		}
 	}()
 	workers := stopWorkers(len(all))
+	gate := newMemoryGate(m.opts.Headroom)
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -62,7 +63,9 @@ func (m *Manager) stopAll(ctx context.Context, all []*Session) error {
 				if i >= int64(len(all)) {
 					return
 				}
+				release := gate.admit(all[i])
 				err := m.stopOne(ctx, all[i])
+				release()
 				if err != nil {
 					lost.Add(1)
 					mu.Lock()
@@ -114,4 +117,68 @@ func (m *Manager) stopOne(ctx context.Context, s *Session) error {
 		first = err
 	}
 	return nil
+}
+
+// memoryGate lets a session's save start only when forge's parent cgroup
+// has room for its pickle beside the saves in flight, or when none is in
+// flight (one at a time always proceeds: each save ends by freeing its
+// sandbox). Without it, a stop with the parent cgroup nearly full had the
+// kernel kill sessions mid-pickle (lost) instead of waiting for memory.
+type memoryGate struct {
+	headroom func() (int64, bool)
+
+	mu       sync.Mutex
+	changed  *sync.Cond
+	inflight int
+	reserved int64 // bytes the saves in flight may still need
+}
+
+func newMemoryGate(headroom func() (int64, bool)) *memoryGate {
+	g := &memoryGate{headroom: headroom}
+	g.changed = sync.NewCond(&g.mu)
+	return g
+}
+
+// saveNeed estimates what saving s charges: its state twice (the pickled
+// values, then the file in its /tmp) plus slack. Its sandbox's memory
+// charge bounds its state.
+func saveNeed(s *Session) int64 {
+	const slack = 4 << 20
+	if s.sb == nil {
+		return 0
+	}
+	mem, err := s.sb.MemoryCurrent()
+	if err != nil {
+		return slack
+	}
+	return 2*int64(mem) + slack
+}
+
+// admit waits until s may be saved and returns the function that releases
+// its reservation.
+func (g *memoryGate) admit(s *Session) (release func()) {
+	if g.headroom == nil {
+		return func() {}
+	}
+	s.mu.Lock()
+	need := saveNeed(s)
+	s.mu.Unlock()
+	g.mu.Lock()
+	for g.inflight > 0 {
+		free, ok := g.headroom()
+		if !ok || free-g.reserved >= need {
+			break
+		}
+		g.changed.Wait()
+	}
+	g.inflight++
+	g.reserved += need
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		g.inflight--
+		g.reserved -= need
+		g.changed.Broadcast()
+		g.mu.Unlock()
+	}
 }

@@ -61,9 +61,42 @@ const slowPickle = 250 * time.Millisecond
 // at once, each with its own deadline; the log says how long it took.
 func TestStopSavesEverySession(t *testing.T) {
 	n := stopSessions(t)
+	stopAndRestart(t, n, fmt.Sprintf(stopConfig, n+10), func(i int) (string, string) {
+		return fmt.Sprintf(slowState, i, slowPickle.Seconds()), fmt.Sprintf("[%d 7]", i)
+	}, "[x, slow]", nil)
+}
+
+// TestStopSavesEverySessionUnderMemoryPressure is the same stop with forge's
+// parent cgroup (its own, limits.cgroup_parent) filled to within a few MiB
+// of its limit: saving a session needs memory for its pickle, and a stop
+// that saved too many at once would have the kernel kill sessions (lost)
+// instead of freeing memory by finishing them.
+func TestStopSavesEverySessionUnderMemoryPressure(t *testing.T) {
+	n := max(stopSessions(t)/3, 1)
+	parent := fmt.Sprintf("forge-stress-%d", os.Getpid())
+	t.Cleanup(func() { removeCgroup(parent) })
+	config := fmt.Sprintf(stopConfig, n+10) + fmt.Sprintf("limits:\n  cgroup_parent: %s\n", parent)
+	stopAndRestart(t, n, config, func(i int) (string, string) {
+		return fmt.Sprintf("import os\nx = %d\ndata = os.urandom(4 << 20)", i), fmt.Sprintf("[%d 4194304]", i)
+	}, "[x, str(len(data))]", func() {
+		used, limitFile := cgroupMemory(t, parent)
+		limit := used + pressureMargin()
+		if err := os.WriteFile(limitFile, []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+			t.Fatalf("limiting %s: %v", limitFile, err)
+		}
+		t.Logf("parent cgroup %s: %d MiB used, limit set to %d MiB", parent, used>>20, limit>>20)
+	})
+}
+
+// stopAndRestart creates n sessions with the code of code(i), calls
+// pressure (if any), stops forge serve with SIGTERM, starts it again, and
+// checks that every session was hibernated and answers check with the
+// result code(i) named.
+func stopAndRestart(t *testing.T, n int, configText string, code func(i int) (string, string), check string, pressure func()) {
+	t.Helper()
 	state := dedicatedStateDir(t)
 	config := filepath.Join(t.TempDir(), "forge.yaml")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(stopConfig, n+10)), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(configText), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ids := make([]string, n)
@@ -79,10 +112,14 @@ func TestStopSavesEverySession(t *testing.T) {
 	a := startServe(t, state, config)
 	created := time.Now()
 	forEach(t, ids, 8, func(i int, id string) error {
-		_, err := a.executeErr(id, fmt.Sprintf(slowState, i, slowPickle.Seconds()))
+		c, _ := code(i)
+		_, err := a.executeErr(id, c)
 		return err
 	})
 	t.Logf("%d sessions created in %s", n, time.Since(created).Round(time.Millisecond))
+	if pressure != nil {
+		pressure()
+	}
 
 	stopped := time.Now()
 	a.terminate(10 * time.Minute)
@@ -107,16 +144,55 @@ func TestStopSavesEverySession(t *testing.T) {
 		t.Fatalf("%d of %d sessions not hibernated by a graceful stop", lost, n)
 	}
 	forEach(t, ids, 8, func(i int, id string) error {
-		r, err := b.executeErr(id, "[x, slow]")
+		r, err := b.executeErr(id, check)
 		if err != nil {
 			return err
 		}
-		if got, want := fmt.Sprint(r.Structured.Result), fmt.Sprintf("[%d 7]", i); got != want {
-			return fmt.Errorf("session %s after the restart: %s, want %s (notes %v)", id, got, want, r.Structured.Notes)
+		if _, want := code(i); fmt.Sprint(r.Structured.Result) != want {
+			return fmt.Errorf("session %s after the restart: %v, want %s (notes %v)", id, r.Structured.Result, want, r.Structured.Notes)
 		}
 		return nil
 	})
 	b.terminate(10 * time.Minute)
+}
+
+// cgroupMemory is the memory used by parent cgroup name (cgroup v2 or the
+// v1 memory controller) and the file of its limit.
+func cgroupMemory(t *testing.T, name string) (int64, string) {
+	t.Helper()
+	cur, max := filepath.Join("/sys/fs/cgroup", name, "memory.current"), filepath.Join("/sys/fs/cgroup", name, "memory.max")
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		cur, max = filepath.Join("/sys/fs/cgroup/memory", name, "memory.usage_in_bytes"), filepath.Join("/sys/fs/cgroup/memory", name, "memory.limit_in_bytes")
+	}
+	b, err := os.ReadFile(cur)
+	if err != nil {
+		t.Fatalf("reading the parent cgroup's memory: %v", err)
+	}
+	used, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", cur, err)
+	}
+	return used, max
+}
+
+// removeCgroup removes cgroup name and what is below it, in every
+// hierarchy (v2, or each v1 controller).
+func removeCgroup(name string) {
+	roots := []string{"/sys/fs/cgroup"}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		roots, _ = filepath.Glob("/sys/fs/cgroup/*")
+	}
+	for _, root := range roots {
+		dir := filepath.Join(root, name)
+		subs, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*"))
+		subs2, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
+		subs3, _ := filepath.Glob(filepath.Join(dir, "*"))
+		for _, d := range append(append(subs, subs2...), append(subs3, dir)...) {
+			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+				_ = os.Remove(d)
+			}
+		}
+	}
 }
 
 // forEach runs f for every id, workers at a time, and fails the test with
@@ -190,4 +266,13 @@ func (p *serveProc) terminate(within time.Duration) {
 	case <-time.After(within):
 		p.t.Fatalf("forge serve did not exit within %s of SIGTERM", within)
 	}
+}
+
+// pressureMargin is how far below its limit the memory test fills the
+// parent cgroup: FORGE_STOP_MARGIN_MIB, or 48 MiB (a few sessions' saves).
+func pressureMargin() int64 {
+	if n, err := strconv.Atoi(os.Getenv("FORGE_STOP_MARGIN_MIB")); err == nil && n > 0 {
+		return int64(n) << 20
+	}
+	return 48 << 20
 }

@@ -1,0 +1,34 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ParentHeadroom is how many more bytes the parent cgroup name (below
+// /sys/fs/cgroup, Options.CgroupParent) may charge before it reaches its
+// memory limit. ok is false when it has no limit or it cannot be read (a
+// delegated rootless subtree): then nothing is known.
+func ParentHeadroom(name string) (free int64, ok bool) {
+	return parentCgroup{root: defaultCgroupRoot, name: name}.headroom()
+}
+
+func (p parentCgroup) headroom() (int64, bool) {
+	limit, err1 := readCgroupInt(p.memoryFile())
+	used, err2 := readCgroupInt(p.file("memory", "memory.usage_in_bytes", "memory.current"))
+	// No limit: v2 says "max", v1 a page-rounded huge number.
+	if err1 != nil || err2 != nil || limit >= 1<<60 {
+		return 0, false
+	}
+	return limit - used, true
+}
+
+func readCgroupInt(path string) (int64, error) {
+	b, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
