@@ -191,6 +191,9 @@ func runWarm(ctx context.Context, g *globals, cfg *profiles.Config, req engine.R
 		}
 		rep, err := exchange(ctx, conn, wr)
 		conn.Close()
+		if ctx.Err() != nil {
+			return nil, true, ctx.Err() // interrupted: the runner cancels the run
+		}
 		if err != nil {
 			g.log.Warn("forge run: the warm runner failed; running one-shot", "err", err)
 			return nil, false, nil
