@@ -35,7 +35,7 @@ if alive containerd; then
 fi
 stop containerd 15
 for p in /proc/[0-9]*; do
-	cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+	cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") 2>/dev/null || continue
 	if [[ $cmd == *containerd-shim* && $cmd == *"-address $CTD_SOCK "* ]]; then
 		kill -KILL "${p#/proc/}" 2>/dev/null || true
 	fi
@@ -47,14 +47,14 @@ stop etcd
 #    volumes; containerd: overlay rootfs and shm), deepest first.
 awk -v d="$D/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo | sort -r | while read -r m; do
 	umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-done
+done || true
 
 # 4. iptables: kube-proxy's and the kubelet's KUBE-* chains, the egress rule.
 [[ -x $D/bin/kube-proxy ]] && "$D/bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
 for ipt in iptables ip6tables; do
 	for table in filter nat mangle; do
 		$ipt -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z-]+ .*-j KUBE-' | grep -vE '^-A KUBE-' |
-			while read -r rule; do eval "$ipt -t $table ${rule/-A/-D}" 2>/dev/null || true; done
+			while read -r rule; do eval "$ipt -t $table ${rule/-A/-D}" 2>/dev/null || true; done || true
 		for chain in $($ipt -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}'); do
 			$ipt -t "$table" -F "$chain" 2>/dev/null || true
 		done
@@ -67,7 +67,7 @@ while iptables -t mangle -D FORWARD -s "$EGRESS_CIDR" ! -d "$EGRESS_CIDR" -m com
 # The bridge plugin's and portmap's own chains (CNI-*), made for our pods.
 for table in filter nat; do
 	iptables -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z-]+ .*-j CNI-' | grep -vE '^-A CNI-' |
-		while read -r rule; do eval "iptables -t $table ${rule/-A/-D}" 2>/dev/null || true; done
+		while read -r rule; do eval "iptables -t $table ${rule/-A/-D}" 2>/dev/null || true; done || true
 	for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ {print $2}'); do
 		iptables -t "$table" -F "$chain" 2>/dev/null || true
 	done
@@ -100,7 +100,12 @@ fi
 for l in /var/log/containers/*; do
 	[[ -L $l && $(readlink "$l") == "$D/"* ]] && rm -f "$l"
 done
-[[ -f $D/run-containerd.existed ]] || rm -rf /run/containerd
+# Host dirs the kubelet and containerd create whatever their config says
+# (device-plugins, the CNI result cache, shim sockets): removed unless they
+# were there before up.sh.
+for d in /run/containerd /var/lib/kubelet /var/lib/cni; do
+	[[ -f $D/existed${d//\//_} ]] || rm -rf "$d"
+done
 if [[ -n $(awk -v d="$D/" 'index($5, d) == 1' /proc/self/mountinfo) ]]; then
 	die "mounts under $D remain; not removing it"
 fi

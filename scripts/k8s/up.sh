@@ -45,7 +45,9 @@ if [[ ! -f $D/sysctl.saved ]]; then
 	done >"$D/sysctl.saved.tmp"
 	mv "$D/sysctl.saved.tmp" "$D/sysctl.saved"
 	ip netns list | awk '{print $1}' >"$D/netns.before"
-	[[ -e /run/containerd ]] && touch "$D/run-containerd.existed"
+	for d in /run/containerd /var/lib/kubelet /var/lib/cni; do
+		[[ -e $d ]] && touch "$D/existed${d//\//_}"
+	done
 fi
 
 # PKI: a CA, the apiserver's serving cert, the service-account key pair and
@@ -166,7 +168,7 @@ start kube-controller-manager "$B/kube-controller-manager" --kubeconfig="$KUBECO
 	--use-service-account-credentials=false
 start kube-scheduler "$B/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" --leader-elect=false --bind-address=127.0.0.1
 start kubelet "$B/kubelet" --kubeconfig="$KUBECONFIG_FILE" --config="$D/kubelet.yaml" --root-dir="$D/kubelet" \
-	--hostname-override="$NODE"
+	--hostname-override="$NODE" --cert-dir="$D/kubelet/pki"
 start kube-proxy "$B/kube-proxy" --kubeconfig="$KUBECONFIG_FILE" --proxy-mode=iptables --cluster-cidr="$POD_CIDR" \
 	--nodeport-addresses="$NODEPORT_ADDR/32" --bind-address=127.0.0.1 --metrics-bind-address=127.0.0.1:10249 \
 	--healthz-bind-address=127.0.0.1:10256 --hostname-override="$NODE" --conntrack-max-per-core=0 \
