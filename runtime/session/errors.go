@@ -8,7 +8,8 @@ import (
 var (
 	// ErrNotFound: no session with that id, live or hibernated.
 	ErrNotFound = errors.New("session not found")
-	// ErrLimit: sessions.max_concurrent live sessions exist already.
+	// ErrLimit: sessions.max_concurrent live sessions exist already, or
+	// forge's parent cgroup has no room for another (capacity.go).
 	ErrLimit = errors.New("too many sessions")
 	// ErrQuota: the owner has the most sessions its quota (WithQuota)
 	// allows; wrapped by every *QuotaError.

@@ -164,7 +164,8 @@ type Manager struct {
 	sessions map[key]*Session // in this process (active or being brought up)
 	closed   bool
 
-	census census // hibernated sessions on disk, for metrics
+	census census       // hibernated sessions on disk, for metrics
+	live   atomic.Int64 // sessions with a sandbox (setSandbox): O(1) for reserve and Live
 }
 
 // Session is one session owned by this process.
@@ -480,28 +481,31 @@ func (s *Session) ensureSandboxLocked(ctx context.Context) ([]string, error) {
 }
 
 // reserve checks that s may have a sandbox within max_concurrent (it is
-// counted as soon as it has one).
+// counted as soon as it has one) and that forge's parent cgroup has room
+// for it (capacity.go). The count is a lock-free counter: no scan.
 func (m *Manager) reserve(s *Session) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.opts.MaxConcurrent <= 0 {
-		return nil
+		return m.room()
 	}
-	live := 0
-	for _, o := range m.sessions {
-		if o != s && o.hasSandbox() {
-			live++
-		}
+	live := int(m.live.Load())
+	if s.hasSandbox() {
+		live--
 	}
 	if live >= m.opts.MaxConcurrent {
 		return fmt.Errorf("%w: %d sessions are live, the limit is %d (sessions.max_concurrent); destroy one with destroy_session", ErrLimit, live, m.opts.MaxConcurrent)
 	}
-	return nil
+	return m.room()
 }
 
 func (s *Session) setSandbox(sb *sandbox.Sandbox) {
 	s.sb = sb
-	s.sbSet.Store(sb != nil)
+	if s.sbSet.Swap(sb != nil) != (sb != nil) {
+		if sb != nil {
+			s.m.live.Add(1)
+		} else {
+			s.m.live.Add(-1)
+		}
+	}
 }
 
 // hasSandbox is read without s.mu by reserve; a stale answer only makes
@@ -972,13 +976,5 @@ func (m *Manager) Close(ctx context.Context) error {
 
 // Live is the number of sessions with a running sandbox in this process.
 func (m *Manager) Live() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for _, s := range m.sessions {
-		if s.hasSandbox() {
-			n++
-		}
-	}
-	return n
+	return int(m.live.Load())
 }
