@@ -33,6 +33,8 @@ the pool, each beside bare python measured again just before it; then a
 hosted tool called back to back beside execute_python runs back to back,
 and the first call of each after 1 s idle.
 --cpuprofile writes a Go CPU profile of forge itself (go tool pprof).
+--density N measures only N live sessions (bench_density.go): host memory
+per session, creation time, a later call's p50 at that count, and the stop.
 `
 
 // benchRow is one measured scenario.
@@ -67,10 +69,11 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	asJSON := fs.Bool("json", false, "")
 	image := fs.String("image", "", "")
 	cpuProfile := fs.String("cpuprofile", "", "")
+	density := fs.Int("density", 0, "")
 	var xo extraOpts
 	xo.flags(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *runs < 10 {
-		return usagef("bench: [--runs N>=10] [--json] [--image REF] [--cpuprofile FILE] %s\n\n%s%s", extraFlagsUsage, benchUsage, extraUsage)
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *runs < 10 || *density < 0 {
+		return usagef("bench: [--runs N>=10] [--json] [--image REF] [--cpuprofile FILE] [--density N] %s\n\n%s%s", extraFlagsUsage, benchUsage, extraUsage)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -92,6 +95,9 @@ func cmdBench(ctx context.Context, g *globals, args []string) error {
 	py := "/usr/bin/python3"
 	if _, err := exec.LookPath(py); err != nil {
 		py = "python3"
+	}
+	if *density > 0 {
+		return benchDensity(ctx, g, cfg, py, *image, *density, *asJSON)
 	}
 	extra, err := benchExtras(ctx, g, cfg, py, xo)
 	if err != nil || xo.only != "" {

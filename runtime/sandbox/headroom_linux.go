@@ -32,3 +32,22 @@ func readCgroupInt(path string) (int64, error) {
 	}
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
+
+// ParentMemory is the memory charged to the parent cgroup name now (every
+// sandbox below it together), for forge bench --density.
+func ParentMemory(name string) (int64, error) {
+	p := parentCgroup{root: defaultCgroupRoot, name: name}
+	return readCgroupInt(p.file("memory", "memory.usage_in_bytes", "memory.current"))
+}
+
+// RemoveParent removes the parent cgroup name once no sandbox is below it
+// (a private one, such as forge bench --density makes), in every hierarchy.
+func RemoveParent(name string) {
+	dirs := []string{filepath.Join(defaultCgroupRoot, name)}
+	if !(parentCgroup{root: defaultCgroupRoot}).unified() {
+		dirs, _ = filepath.Glob(filepath.Join(defaultCgroupRoot, "*", name))
+	}
+	for _, d := range dirs {
+		_ = os.Remove(d)
+	}
+}

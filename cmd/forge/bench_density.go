@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/mcp-forge/forge/profiles"
+	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+)
+
+// densityReport is forge bench --density N: what N live sessions cost on
+// this host, each holding a DataFrame (the data image) or a list, beside
+// bare python3 -c in the same run.
+type densityReport struct {
+	Sessions int    `json:"sessions"`
+	Image    string `json:"image"`
+	Failures int    `json:"failures"`
+	// Host memory per live session: the delta of a private parent
+	// cgroup's memory charge over the N sessions, / N.
+	MemoryPerSessionMiB float64 `json:"memory_per_session_mib"`
+	BareRSSMiB          float64 `json:"bare_python_rss_mib"`
+	CreateP50MS         float64 `json:"create_p50_ms"`
+	CreateMeanMS        float64 `json:"create_mean_ms"`
+	LaterCallP50MS      float64 `json:"later_call_p50_ms"`
+	LaterCallP95MS      float64 `json:"later_call_p95_ms"`
+	BareP50MS           float64 `json:"bare_p50_ms"`
+	StopMS              float64 `json:"stop_ms"`
+}
+
+// benchDensity creates n sessions one after another in a private parent
+// cgroup, then calls random ones, then stops (destroying them).
+func benchDensity(ctx context.Context, g *globals, cfg *profiles.Config, py, image string, n int, asJSON bool) error {
+	rep := densityReport{Sessions: n}
+	bare := measure(20, func() error { return exec.CommandContext(ctx, py, "-c", "print(1)").Run() })
+	rep.BareP50MS = bare.P50MS
+	if out, err := exec.CommandContext(ctx, py, "-c", "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)").Output(); err == nil {
+		kb, _ := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+		rep.BareRSSMiB = kb / 1024
+	}
+
+	c := *cfg
+	parent := fmt.Sprintf("forge-density-%d", os.Getpid())
+	c.Limits.CgroupParent = parent
+	c.Sessions.MaxConcurrent = max(c.Sessions.MaxConcurrent, n+10)
+	c.Sessions.Persist = false // Close destroys them: nothing left on disk
+	c.Sessions.IdleTimeout = profiles.Duration(24 * time.Hour)
+	code := "x = list(range(1000))"
+	check := "x[999]"
+	if image == "" && c.Images.Data != "" {
+		image = c.Images.Data
+	}
+	if image == c.Images.Data && image != "" {
+		code = "import pandas as pd\ndf = pd.DataFrame({'a': range(1000), 'b': [float(i) for i in range(1000)]})"
+		check = "int(df['a'].sum())"
+	}
+	rep.Image = image
+	eng, err := engine.New(ctx, engine.Options{Config: &c, Logger: g.log})
+	if err != nil {
+		return err
+	}
+	defer sandbox.RemoveParent(parent)
+	ids := make([]string, n+1)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("density-%d-%d", os.Getpid(), i)
+	}
+	call := func(id, code string) error {
+		return runDensity(ctx, eng, engine.Request{Principal: engine.LocalPrincipal, SessionID: id, Image: image, Client: "bench", Code: code})
+	}
+	// One session first, untimed: the image's template exists before the
+	// baseline is read.
+	if err := call(ids[n], code); err != nil {
+		eng.Close(time.Second)
+		return fmt.Errorf("bench --density: the first session: %w", err)
+	}
+	before, err := sandbox.ParentMemory(parent)
+	if err != nil {
+		eng.Close(time.Second)
+		return fmt.Errorf("bench --density: reading the parent cgroup's memory: %w", err)
+	}
+	i := 0
+	start := time.Now()
+	create := measure(n, func() error {
+		err := call(ids[i], code)
+		i++
+		return err
+	})
+	rep.CreateMeanMS = float64(time.Since(start).Microseconds()) / 1000 / float64(n)
+	rep.CreateP50MS = create.P50MS
+	rep.Failures = create.Failures
+	after, err := sandbox.ParentMemory(parent)
+	if err == nil {
+		rep.MemoryPerSessionMiB = float64(after-before) / float64(n) / (1 << 20)
+	}
+	later := measure(min(max(n, 200), 1000), func() error { return call(ids[rand.IntN(n)], check) })
+	rep.LaterCallP50MS, rep.LaterCallP95MS = later.P50MS, later.P95MS
+	rep.Failures += later.Failures
+	stop := time.Now()
+	if err := eng.Close(time.Second); err != nil {
+		return err
+	}
+	rep.StopMS = float64(time.Since(stop).Microseconds()) / 1000
+	return rep.print(g.stdout, asJSON)
+}
+
+func runDensity(ctx context.Context, eng *engine.Engine, req engine.Request) error {
+	res, err := eng.Execute(ctx, req)
+	if err != nil {
+		return err
+	}
+	if !res.Success {
+		return fmt.Errorf("session %s: %+v", req.SessionID, res.Error)
+	}
+	return nil
+}
+
+func (r densityReport) print(w io.Writer, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(r)
+	}
+	fmt.Fprintf(w, "%d live sessions of %s (failures: %d), beside bare python3 -c in the same run\n", r.Sessions, r.Image, r.Failures)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "measure\tforge\tbare python\t× bare")
+	ratio := func(a, b float64) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	fmt.Fprintf(tw, "host memory per session (MiB; bare: RSS)\t%.2f\t%.2f\t%s\n", r.MemoryPerSessionMiB, r.BareRSSMiB, ratio(r.MemoryPerSessionMiB, r.BareRSSMiB))
+	fmt.Fprintf(tw, "creation per session, p50 ms (mean %.2f)\t%.2f\t%.2f\t%s\n", r.CreateMeanMS, r.CreateP50MS, r.BareP50MS, ratio(r.CreateP50MS, r.BareP50MS))
+	fmt.Fprintf(tw, "later call, p50 ms (p95 %.2f)\t%.2f\t%.2f\t%s\n", r.LaterCallP95MS, r.LaterCallP50MS, r.BareP50MS, ratio(r.LaterCallP50MS, r.BareP50MS))
+	fmt.Fprintf(tw, "stop, destroying all (ms)\t%.0f\t\t\n", r.StopMS)
+	return tw.Flush()
+}
