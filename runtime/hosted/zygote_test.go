@@ -141,9 +141,10 @@ func TestHostedZygoteChildren(t *testing.T) {
 			}
 		}
 		after := rt.ZygoteStats()
-		if after.Templates != before.Templates || after.Retired != before.Retired {
-			t.Fatalf("templates started %d, retired %d around a crashed call; want 0 and 0 (the template keeps forking)",
-				after.Templates-before.Templates, after.Retired-before.Retired)
+		// A dead template is retired at its next take; one more may start
+		// beside a busy one (ZygoteOptions.Templates), which is no loss.
+		if after.Retired != before.Retired {
+			t.Fatalf("%d templates retired around a crashed call; want 0 (the template keeps forking)", after.Retired-before.Retired)
 		}
 	})
 	t.Run("a changed module is the next call's", func(t *testing.T) {

@@ -98,8 +98,10 @@ func (r *Runtime) RetireBinds(source string) {
 }
 
 // evictBindsTemplates makes room for a template of key when it is a binds
-// one: past ZygoteOptions.BindsTemplates keys with forking templates, the
-// least recently used key's are retired.
+// one: past ZygoteOptions.BindsTemplates keys with forking templates (key's
+// own counted, whether it has one yet or not), the least recently used
+// other keys' are retired. It runs before a template of key starts (to free
+// its ids first) and after (starts of other keys may have overlapped).
 func (r *Runtime) evictBindsTemplates(key templateKey) {
 	if key.binds == "" {
 		return

@@ -380,7 +380,10 @@ func (r *Runtime) templateFor(ctx context.Context, cfg Config) (*template, int, 
 	}
 	if best != nil {
 		if slot, ok := best.take(); ok {
-			if bestBusy > 0 && n < r.zopts.Templates {
+			// Not for a binds key: its sources (a tools snapshot) may be
+			// removed once its module is replaced, under a start in the
+			// background; its calls queue on one template instead.
+			if bestBusy > 0 && n < r.zopts.Templates && best.key.binds == "" {
 				r.startTemplateAsync(cfg)
 			}
 			return best, slot, nil
@@ -449,6 +452,13 @@ func (r *Runtime) launchTemplate(ctx context.Context, cfg Config, done chan stru
 	r.tmu.Lock()
 	delete(r.starting, keyOf(&cfg))
 	close(done)
+	if err == nil && r.closing {
+		// closeTemplates has taken its list: this one would outlive it
+		// with its host ids held.
+		r.tmu.Unlock()
+		t.destroy()
+		return nil, fmt.Errorf("zygote template %s: %w", t.id, errTemplateGone)
+	}
 	if err == nil {
 		r.templates = append(r.templates, t)
 		r.all = append(r.all, t)
@@ -464,6 +474,7 @@ func (r *Runtime) launchTemplate(ctx context.Context, cfg Config, done chan stru
 	if err != nil {
 		return nil, err
 	}
+	r.evictBindsTemplates(t.key) // again: other keys' templates may have started meanwhile
 	t.mu.Lock()
 	if !t.gone {
 		t.aging = time.AfterFunc(time.Until(t.started.Add(r.zopts.MaxAge)), t.retire)
