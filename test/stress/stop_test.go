@@ -176,22 +176,48 @@ func cgroupMemory(t *testing.T, name string) (int64, string) {
 }
 
 // removeCgroup removes cgroup name and what is below it, in every
-// hierarchy (v2, or each v1 controller).
+// hierarchy (v2, or each v1 controller). What a killed forge left there
+// (sandboxes, perhaps blocked on the full cgroup) is let go and killed
+// first: no forge cleans up a cgroup only this test knows.
 func removeCgroup(name string) {
 	roots := []string{"/sys/fs/cgroup"}
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
 		roots, _ = filepath.Glob("/sys/fs/cgroup/*")
 	}
+	var dirs []string
 	for _, root := range roots {
-		dir := filepath.Join(root, name)
-		subs, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*"))
-		subs2, _ := filepath.Glob(filepath.Join(dir, "*", "*"))
-		subs3, _ := filepath.Glob(filepath.Join(dir, "*"))
-		for _, d := range append(append(subs, subs2...), append(subs3, dir)...) {
-			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-				_ = os.Remove(d)
+		_ = filepath.WalkDir(filepath.Join(root, name), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+	}
+	for _, d := range dirs {
+		_ = os.WriteFile(filepath.Join(d, "memory.limit_in_bytes"), []byte("-1"), 0o644)
+		_ = os.WriteFile(filepath.Join(d, "memory.max"), []byte("max"), 0o644)
+		_ = os.WriteFile(filepath.Join(d, "freezer.state"), []byte("THAWED"), 0o644)
+		_ = os.WriteFile(filepath.Join(d, "cgroup.freeze"), []byte("0"), 0o644)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		busy := false
+		for _, d := range dirs {
+			b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					busy = true
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
 			}
 		}
+		if !busy || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- { // deepest first
+		_ = os.Remove(dirs[i])
 	}
 }
 
