@@ -157,7 +157,7 @@ func cmdDoctor(_ context.Context, g *globals, args []string) error {
 	if err != nil {
 		return err
 	}
-	cs := append(append(hostChecks(), idRangeCheck(cfg, "/etc"), modeCheck(cfg)), limitChecks(cfg)...)
+	cs := append(append(hostChecks(), idRangeCheck(cfg, "/etc"), modeCheck(cfg)), append(limitChecks(cfg), densityCheck(cfg))...)
 	missing := 0
 	for _, c := range cs {
 		if !c.Found {

@@ -33,8 +33,12 @@ func limitChecks(cfg *profiles.Config) []check {
 	if rootless.Active() {
 		return append([]check{bc}, rootlessLimitChecks()...)
 	}
-	pc := check{Name: "parent cgroup limits (" + sandbox.DefaultCgroupParent + ")", Disables: "a cap on all sandboxes together"}
-	now, err := sandbox.ReadParentLimits(sandbox.DefaultCgroupParent)
+	name := cfg.Limits.CgroupParent
+	if name == "" {
+		name = sandbox.DefaultCgroupParent
+	}
+	pc := check{Name: "parent cgroup limits (" + name + ")", Disables: "a cap on all sandboxes together"}
+	now, err := sandbox.ReadParentLimits(name)
 	pc.Found = err == nil
 	pc.Detail = fmt.Sprintf("configured memory %s, pids %d (limits.memory, limits.pids); in force: memory %s, pids %s",
 		cgroups.FormatMemory(parent.MemoryBytes), parent.Pids, limitString(now.MemoryBytes, cgroups.FormatMemory), limitString(now.Pids, itoa))
