@@ -51,6 +51,12 @@ func BenchmarkHostedBackToBack(b *testing.B) {
 		return 100 * float64(h) / float64(max(h+m, 1))
 	}
 	b.ReportMetric(hit(h.PoolStats()), "hosted-pool-hit-pct")
+	for _, s := range h.PoolStats() {
+		b.Logf("hosted pool: target %d, grown %d, over budget %d, idle memory %d KiB", s.Target, s.Grown, s.OverBudget, s.IdleMemoryBytes>>10)
+	}
+	for _, s := range eng.PoolStats() {
+		b.Logf("execution pool: target %d, grown %d, over budget %d, idle memory %d KiB", s.Target, s.Grown, s.OverBudget, s.IdleMemoryBytes>>10)
+	}
 	b.ReportMetric(hit(eng.PoolStats()), "exec-pool-hit-pct")
 	st := eng.Runtime().ZygoteStats()
 	b.ReportMetric(float64(st.Fallbacks), "container-fallbacks")
