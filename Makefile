@@ -62,7 +62,7 @@ run: build image
 oci: build image
 	scripts/oci.sh
 
-# The state dir the tests share (internal/testutil.StateDir).
+# The state dir the tests share (test/testutil.StateDir).
 FORGE_TEST_STATE_DIR ?= /var/lib/forge-test
 export FORGE_TEST_STATE_DIR
 
@@ -73,7 +73,7 @@ test-images: image image-data image-trixie
 	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python-data_3.11
 	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python_3.13
 
-# The downstream MCP server of the code-mode tests (internal/testenv.MCPServer),
+# The downstream MCP server of the code-mode tests (test/testenv.MCPServer),
 # built here so the tests need no Go toolchain when they run.
 MCPSERVER := bin/mcpserver
 $(MCPSERVER): FORCE

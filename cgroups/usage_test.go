@@ -18,7 +18,7 @@ import (
 	ocg "github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
 
-	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func writeFiles(t *testing.T, dir string, files map[string]string) {

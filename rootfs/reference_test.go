@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func TestParseReference(t *testing.T) {

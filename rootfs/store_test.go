@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/test/testutil"
 	"go.podman.io/image/v5/copy"
 	dockerarchive "go.podman.io/image/v5/docker/archive"
 	"go.podman.io/storage/pkg/reexec"

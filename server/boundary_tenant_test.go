@@ -15,10 +15,10 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/hosted"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // Attack tests of the tenant gate (server/gate.go): every operation that

@@ -17,10 +17,10 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // One engine per test binary: it owns the sandbox runtime of this process.

@@ -23,7 +23,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/session"
@@ -32,6 +31,7 @@ import (
 	"github.com/mcp-forge/forge/server/rest"
 	"github.com/mcp-forge/forge/server/tenant"
 	"github.com/mcp-forge/forge/server/tracing"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // testObserver forwards the shared engine's executions to the metrics of

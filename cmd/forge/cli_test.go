@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/hooks"
-	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/rootfs"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func TestMain(m *testing.M) {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 const earlyLog = "the first request was answered while forge started"

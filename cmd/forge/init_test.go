@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // Package initializers run in every forge process before main, so also

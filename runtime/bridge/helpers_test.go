@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/audit"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/bridge"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 var testServer struct {

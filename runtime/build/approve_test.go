@@ -12,10 +12,10 @@ import (
 	"testing"
 
 	"github.com/mcp-forge/forge/internal/audit"
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // person is a build.Approver that answers as a test tells it, and records

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/build"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // TestPolicyResolvedSetPip: with pip as the installer the full resolved set

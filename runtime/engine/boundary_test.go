@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // uniqueID is a session id no other test (or helper sharing the state dir) uses.

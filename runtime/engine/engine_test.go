@@ -14,10 +14,10 @@ import (
 
 	"github.com/mcp-forge/forge/internal/audit"
 	"github.com/mcp-forge/forge/internal/hooks"
-	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func TestMain(m *testing.M) {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/session"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // hostUID is the host uid that uid 0 of the session's user namespace maps

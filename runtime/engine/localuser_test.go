@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // attackPy runs as another local user: it maps the subordinate range that

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/build"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // A downstream MCP server written with forge_tools, run inside a sandbox

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 func call(t *testing.T, eng *engine.Engine, id, code string) *kernel.Result {

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // TestContainerMode runs the session, hibernation, execution, code-mode and

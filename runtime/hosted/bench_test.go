@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/hosted"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // BenchmarkHosted measures, in one run: a hosted tool call (validate on the

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // TestHostedTableCache: a restart with unchanged tools serves the cached

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/hooks"
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/hosted"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 func TestMain(m *testing.M) {

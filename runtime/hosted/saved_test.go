@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/hosted"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 func TestSaveTool(t *testing.T) {

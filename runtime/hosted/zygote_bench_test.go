@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/hosted"
 	"github.com/mcp-forge/forge/runtime/pool"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // BenchmarkHostedBackToBack measures, in one run with the default pools

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/hosted"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // zygoteToolsPy marks its own source with MARK, which tests replace.

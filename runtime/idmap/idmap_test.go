@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/idmap"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // The helper process of TestCrashedOwner: lease one block, report it and

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
-	"github.com/mcp-forge/forge/internal/testenv"
 	"github.com/mcp-forge/forge/runtime/pool"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testenv"
 	"golang.org/x/sys/unix"
 )
 

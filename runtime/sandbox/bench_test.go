@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // BenchmarkCold measures create + run print(1) + destroy of a sandbox (as the

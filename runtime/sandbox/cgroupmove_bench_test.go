@@ -11,7 +11,7 @@ import (
 
 	occgroups "github.com/opencontainers/cgroups"
 
-	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // BenchmarkCgroupMove measures what zygote mode's host side pays per

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mcp-forge/forge/cgroups"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // Every user.* ucount limit of the host is set, to the runtime's share, in

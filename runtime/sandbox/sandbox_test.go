@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
-	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, nil) }

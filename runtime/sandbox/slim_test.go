@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // With the slim init embedded (make build), each init process gets it as a

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
-	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // zygoteSkip are the tests of this package that are about containers

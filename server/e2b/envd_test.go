@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/hooks"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func TestMain(m *testing.M) {

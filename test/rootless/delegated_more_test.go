@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // These run inside TestRootlessDelegatedCgroup, with its user, image

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // cgroupRoot is the cgroup2 mount the delegated test makes its cgroup in.

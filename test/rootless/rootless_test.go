@@ -29,8 +29,8 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/mcp-forge/forge/internal/rootless"
-	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // user is an ordinary account made for one test, with a home of its own

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/server/auth"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // httpServe is `forge serve --http 127.0.0.1:0` as a process: its base URL,

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/server/auth"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // TestBoundaryTenantGate is finding 2 of "The boundary, round two", from

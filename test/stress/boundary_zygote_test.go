@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/mcp-forge/forge/internal/testutil"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // TestBoundaryTemplateMemory is finding 6 of "The boundary, round two",

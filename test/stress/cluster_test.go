@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/server/auth"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // clusterToken is every replica's token (as a Secret gives it to each pod).

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/testenv"
+	"github.com/mcp-forge/forge/test/testenv"
 )
 
 // serveConfig is forge serve's config for the process tests: a small pool,

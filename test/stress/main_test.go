@@ -2,7 +2,7 @@
 // once with nothing left behind, and the faults a long-running server meets
 // (forge killed, a pooled sandbox killed, a downstream MCP server crashing,
 // full disks, an image removed while in use). It runs the real engine
-// (internal/testenv) and, where a process is needed, the built bin/forge.
+// (test/testenv) and, where a process is needed, the built bin/forge.
 //
 // make test runs the short form; make stress runs FORGE_STRESS_RUNS
 // executions (10,000) in the load test.
@@ -23,11 +23,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/mcp-forge/forge/internal/testenv"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m, removeDedicated) }

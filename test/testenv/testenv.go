@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/internal/hooks"
-	"github.com/mcp-forge/forge/internal/testutil"
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/idmap"
 	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // BaseImage and DataImage are the bootstrapped images tests use.
