@@ -1,4 +1,4 @@
-//go:build k8s
+//go:build k8s && k8s_replicas
 
 package k8s
 
