@@ -22,8 +22,12 @@ loaded() { ctr images ls | awk -v r="$1" -v d="$2" '$1 == r && $3 == d {f=1} END
 import_layout() { # LAYOUT REF
 	local layout=$1 ref=$2 t0=$SECONDS
 	tar -C "$layout" -cf - . | ctr images import - >/dev/null
-	if ! ctr images ls -q | grep -qxF "$ref"; then
-		die "importing $layout: containerd did not name it $ref (it has: $(ctr images ls -q | tr '\n' ' '))"
+	# The list is read whole first: with pipefail, grep -q quitting at its
+	# match can leave ctr with SIGPIPE and fail the check.
+	local names
+	names=$(ctr images ls -q)
+	if ! grep -qxF "$ref" <<<"$names"; then
+		die "importing $layout: containerd did not name it $ref (it has: $(tr '\n' ' ' <<<"$names"))"
 	fi
 	log "loaded $ref in $((SECONDS - t0)) s"
 }
