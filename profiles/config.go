@@ -39,6 +39,7 @@ type ServerConfig struct {
 	AllowedHosts    []string      `yaml:"allowed_hosts" doc:"Host header values (without port) the HTTP transport accepts; protects against DNS rebinding."`
 	LogLevel        string        `yaml:"log_level" doc:"Minimum level logged to stderr: debug, info, warn or error."`
 	ShutdownGrace   Duration      `yaml:"shutdown_grace" doc:"How long a shutdown waits for running executions before killing them."`
+	DrainDelay      Duration      `yaml:"drain_delay" doc:"How long the HTTP listener keeps serving after SIGTERM before it closes: /readyz fails, and every answer carries Connection: close so that clients move their kept-alive connections to other replicas. 0 closes at once; behind a load balancer, at least the time it takes to stop sending new connections here (docs/deploy.md)."`
 	Auth            AuthConfig    `yaml:"auth" doc:"Bearer-token authentication of the HTTP transport (MCP at /mcp and the REST API under /api/v1)."`
 	Tenants         TenantsConfig `yaml:"tenants" doc:"Per-tenant rate limits and quotas of the HTTP transport."`
 	Tracing         TracingConfig `yaml:"tracing" doc:"OpenTelemetry traces of the HTTP transport, over OTLP/HTTP."`

@@ -90,6 +90,7 @@ func (c *Config) validateServer(p *problems) {
 	}
 	oneOf(p, "server.log_level", s.LogLevel, "debug", "info", "warn", "error")
 	positive(p, "server.shutdown_grace", s.ShutdownGrace)
+	nonNegative(p, "server.drain_delay", s.DrainDelay)
 	positive(p, "server.max_connections", s.MaxConnections)
 	positive(p, "server.max_body_in_flight", s.MaxBodyInFlight)
 }

@@ -185,8 +185,8 @@ func (s *Server) forward(client *http.Client, w http.ResponseWriter, r *http.Req
 	}
 	defer resp.Body.Close()
 	for k, v := range resp.Header {
-		if k == rest.HeaderRequestID {
-			continue // this replica's id stays: it is the one the client saw first
+		if k == rest.HeaderRequestID || k == "Connection" {
+			continue // this replica's id stays: it is the one the client saw first; Connection is the peer's hop
 		}
 		w.Header()[k] = v
 	}

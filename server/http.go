@@ -114,7 +114,43 @@ func (s *Server) httpHandler(p engine.Principal) (http.Handler, func(context.Con
 			mux.ServeHTTP(w, r)
 		})
 	}
-	return s.guard(s.authenticate(p, s.newBodyLimits().wrap(s.clusterRoute(next)))), mcpHTTP.Shutdown
+	return s.closeWhenLeaving(s.guard(s.authenticate(p, s.newBodyLimits().wrap(s.clusterRoute(next))))), mcpHTTP.Shutdown
+}
+
+// leave serves on for server.drain_delay after a stop was asked for, with
+// /readyz failing and every answer closing its connection: a load balancer
+// stops sending new connections here (Kubernetes removes the pod from the
+// Service's endpoints meanwhile), and a client with a kept-alive connection
+// gets its answer and reconnects elsewhere. Without it, the shutdown would
+// close idle kept-alive connections at the moment a client may be writing
+// its next request on one, and that request would fail. It returns early
+// if the listener fails.
+func (s *Server) leave(served <-chan error) error {
+	d := s.cfg.Server.DrainDelay.Std()
+	if d <= 0 {
+		return nil
+	}
+	s.leaving.Store(true)
+	s.log.Info("leaving: serving on with Connection: close before the listener closes", "drain_delay", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case err := <-served:
+		return err
+	}
+}
+
+// closeWhenLeaving marks every answer Connection: close while the server is
+// leaving (see leave).
+func (s *Server) closeWhenLeaving(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.leaving.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ServeHTTP serves the HTTP transport on ln until ctx is cancelled, then
@@ -139,6 +175,7 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 	select {
 	case err = <-served:
 	case <-ctx.Done():
+		err = s.leave(served)
 	}
 	grace := s.shutdownGrace()
 	s.beginDrain(grace)

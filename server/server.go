@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -124,6 +125,10 @@ type Server struct {
 	e2b     *e2b.Handler
 	e2bOnce sync.Once
 
+	// leaving is set for server.drain_delay after SIGTERM, before drain:
+	// everything is still served, but /readyz fails and every answer
+	// closes its connection (see ServeHTTP).
+	leaving atomic.Bool
 	// drain is closed when shutdown begins: executions in flight keep
 	// running (their request contexts may already be gone) until kill.
 	drain     chan struct{}

@@ -369,7 +369,7 @@ func (s *Server) deleteFile(ctx context.Context, id, path string) error {
 // default image's pool has been warm (it has a sandbox ready, or has served
 // one): a busy moment that empties the pool does not flip readiness.
 func (s *Server) ready(ctx context.Context) error {
-	if s.draining() {
+	if s.draining() || s.leaving.Load() {
 		return errors.New("shutting down")
 	}
 	if w, ok := s.eng.(waiter); ok && !w.Opened() {

@@ -24,11 +24,11 @@ const clusterToken = "cluster-test-token"
 
 // startReplica starts forge serve --http as cluster member name, its
 // sessions in shared.
-func startReplica(t *testing.T, shared, name string, extra ...string) *httpServe {
+func startReplica(t *testing.T, shared, name string, server ...string) *httpServe {
 	t.Helper()
 	dir := t.TempDir()
 	config := filepath.Join(dir, "forge.yaml")
-	yaml := clusterServer() + fmt.Sprintf("cluster:\n  enabled: true\n  shared_dir: %s\n  member: %s\n", shared, name) + strings.Join(extra, "")
+	yaml := clusterServer(server...) + fmt.Sprintf("cluster:\n  enabled: true\n  shared_dir: %s\n  member: %s\n", shared, name)
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -38,10 +38,15 @@ func startReplica(t *testing.T, shared, name string, extra ...string) *httpServe
 }
 
 // clusterServer is the server section of every replica: the shared token,
-// and rate limits out of the way of the measured loops.
-func clusterServer() string {
-	return fmt.Sprintf("server:\n  auth:\n    tokens: [{tenant: t, scopes: [execute, sessions], sha256: %s}]\n"+
+// rate limits out of the way of the measured loops, and the given fields
+// (lines such as "drain_delay: 1s").
+func clusterServer(fields ...string) string {
+	s := fmt.Sprintf("server:\n  auth:\n    tokens: [{tenant: t, scopes: [execute, sessions], sha256: %s}]\n"+
 		"  tenants:\n    default: {executions_per_minute: 100000, execution_burst: 1000}\n", auth.Hash(clusterToken))
+	for _, f := range fields {
+		s += "  " + f + "\n"
+	}
+	return s
 }
 
 // execIn runs code in session sid through srv and returns the HTTP status
@@ -283,11 +288,14 @@ func TestClusterCheckpointCost(t *testing.T) {
 // eight clients each drive their own session (a counter) through whichever
 // replicas are in service, while every replica in turn is taken out of
 // service, stopped with SIGTERM and replaced. No call may fail and no
-// session may lose a step.
+// session may lose a step. The clients keep their connections alive, as
+// through a Service: server.drain_delay is what moves them off a stopping
+// replica without a failed call.
 func TestClusterRollout(t *testing.T) {
 	shared := t.TempDir()
 	var mu sync.Mutex
-	live := []*httpServe{startReplica(t, shared, "r0"), startReplica(t, shared, "r1"), startReplica(t, shared, "r2")}
+	const drain = "drain_delay: 1s"
+	live := []*httpServe{startReplica(t, shared, "r0", drain), startReplica(t, shared, "r1", drain), startReplica(t, shared, "r2", drain)}
 	pick := func(i int) *httpServe {
 		mu.Lock()
 		defer mu.Unlock()
@@ -335,7 +343,7 @@ func TestClusterRollout(t *testing.T) {
 	}
 	for gen := range 3 {
 		time.Sleep(time.Second) // load between steps (a fixed pace, not a wait for a condition)
-		next := startReplica(t, shared, fmt.Sprintf("r%d", gen+3))
+		next := startReplica(t, shared, fmt.Sprintf("r%d", gen+3), drain)
 		mu.Lock()
 		old := live[0]
 		live = append(live[1:], next) // out of service (the endpoints) first, as Kubernetes does
