@@ -39,13 +39,14 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
-	"github.com/mcp-forge/forge/server/tenant"
+	"github.com/mcp-forge/forge/server/rest"
 )
 
 // Headers the client's direct, gateway and tunnel modes send.
@@ -553,30 +554,19 @@ func decodeResult(res *kernel.Result, out any) error {
 // fail answers an error of forge (not of the command): the caller's to
 // fix by kind, else 500, with the reason in {"message"}.
 func (h *Handler) fail(w http.ResponseWriter, err error) {
-	var refused *engine.RefusedError
-	var lim *tenant.LimitError
-	status := http.StatusInternalServerError
+	status, retry := rest.StatusOf(err)
 	switch {
-	case errors.As(err, &lim):
-		status = http.StatusTooManyRequests
-	case errors.As(err, &refused):
-		switch refused.Kind {
-		case engine.RefusedNotFound:
-			status = http.StatusNotFound
-		case engine.RefusedLimit:
-			status = http.StatusTooManyRequests
-		case engine.RefusedBusy:
-			status = http.StatusServiceUnavailable
-		default:
-			status = http.StatusBadRequest
-		}
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, context.DeadlineExceeded):
-		status = http.StatusServiceUnavailable
+	case status != 0:
 	case errors.Is(err, context.Canceled):
 		return // the client is gone
-	}
-	if status == http.StatusInternalServerError {
+	case errors.Is(err, context.DeadlineExceeded):
+		status = http.StatusServiceUnavailable
+	default:
+		status = http.StatusInternalServerError
 		h.opts.Logger.Error("agent-sandbox request failed", "err", err)
+	}
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
 	}
 	writeMessage(w, status, "%s", err.Error())
 }

@@ -1,6 +1,14 @@
 package agentsandbox
 
-import "testing"
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/mcp-forge/forge/server/tenant"
+)
 
 func TestCleanRel(t *testing.T) {
 	for _, c := range []struct {
@@ -45,5 +53,16 @@ func TestOwnsPath(t *testing.T) {
 		if got := OwnsPath(c.prefix, c.path); got != c.want {
 			t.Errorf("OwnsPath(%q, %q) = %v, want %v", c.prefix, c.path, got, c.want)
 		}
+	}
+}
+
+// TestFailRetryAfter: a tenant's rate limit answers 429 with the
+// Retry-After the limit names, as on the REST API.
+func TestFailRetryAfter(t *testing.T) {
+	h := &Handler{}
+	rec := httptest.NewRecorder()
+	h.fail(rec, fmt.Errorf("execute: %w", &tenant.LimitError{Tenant: "a", What: "executions", RetryAfter: 3 * time.Second}))
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "3" {
+		t.Fatalf("got %d Retry-After %q, want 429 and 3", rec.Code, rec.Header().Get("Retry-After"))
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/server/rest"
-	"github.com/mcp-forge/forge/server/tenant"
 )
 
 // The control plane: sandboxes as forge sessions of the API key's
@@ -676,31 +675,20 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 // engineError answers an error of the engine or the tenant gate with the
 // status the SDKs turn into the right exception.
 func (h *Handler) engineError(w http.ResponseWriter, r *http.Request, err error, what string) {
-	var lim *tenant.LimitError
 	var ref *engine.RefusedError
-	status := http.StatusInternalServerError
+	status, retry := rest.StatusOf(err)
 	switch {
-	case errors.As(err, &lim):
-		if lim.RetryAfter > 0 {
-			w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(lim.RetryAfter.Seconds()))))
-		}
-		status = http.StatusTooManyRequests
-	case errors.As(err, &ref):
-		switch ref.Kind {
-		case engine.RefusedInvalid:
-			status = http.StatusBadRequest
-		case engine.RefusedNotFound:
-			status = http.StatusNotFound
-		case engine.RefusedLimit:
-			status = http.StatusTooManyRequests
-		case engine.RefusedBusy:
-			status = http.StatusConflict
-		}
+	case errors.As(err, &ref) && ref.Kind == engine.RefusedBusy:
+		status, retry = http.StatusConflict, 0 // the SDKs' answer to a sandbox in use
+	case status != 0:
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusServiceUnavailable
-	}
-	if status == http.StatusInternalServerError {
+	default:
+		status = http.StatusInternalServerError
 		h.log.Error(what, "err", err, "request_id", rest.RequestID(r.Context()))
+	}
+	if retry > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
 	}
 	writeError(w, status, what+": "+err.Error())
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
-	"github.com/mcp-forge/forge/server/tenant"
+	"github.com/mcp-forge/forge/server/rest"
 )
 
 // maxUploadParts bounds the files of one multipart upload.
@@ -270,7 +270,6 @@ func fileStatus(err error) (int, string) {
 	var he *httpError
 	var ce *ConnectError
 	var refused *engine.RefusedError
-	var lim *tenant.LimitError
 	switch {
 	case errors.As(err, &he):
 		return he.status, he.msg
@@ -279,20 +278,11 @@ func fileStatus(err error) (int, string) {
 			return s, ce.Message
 		}
 		return http.StatusInternalServerError, ce.Message
-	case errors.As(err, &lim):
-		return http.StatusTooManyRequests, lim.Error()
-	case errors.As(err, &refused):
-		switch refused.Kind {
-		case engine.RefusedNotFound:
-			return http.StatusBadGateway, "the sandbox's session is gone: " + refused.Error()
-		case engine.RefusedLimit:
-			return http.StatusTooManyRequests, refused.Error()
-		case engine.RefusedBusy:
-			return http.StatusServiceUnavailable, refused.Error()
-		}
-		return http.StatusBadRequest, refused.Error()
-	case errors.Is(err, engine.ErrClosed):
-		return http.StatusServiceUnavailable, err.Error()
+	case errors.As(err, &refused) && refused.Kind == engine.RefusedNotFound:
+		return http.StatusBadGateway, "the sandbox's session is gone: " + refused.Error()
+	}
+	if status, _ := rest.StatusOf(err); status != 0 {
+		return status, err.Error()
 	}
 	return http.StatusInternalServerError, "forge failed (not the request's fault): " + err.Error()
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
-	"github.com/mcp-forge/forge/server/tenant"
+	"github.com/mcp-forge/forge/server/rest"
 )
 
 // Limits of the filesystem calls.
@@ -297,29 +297,24 @@ func (h *Handler) fsCall(ctx context.Context, sb *Sandbox, args map[string]any, 
 }
 
 // engineError maps an error of the execute path to a Connect error: the
-// engine's refusals and the tenant's limits by kind, the rest internal.
+// engine's refusals and the tenant's limits by their HTTP status
+// (rest.StatusOf), the rest internal.
 func engineError(err error) error {
 	var ce *ConnectError
-	var refused *engine.RefusedError
-	var lim *tenant.LimitError
-	switch {
-	case errors.As(err, &ce):
+	if errors.As(err, &ce) {
 		return ce
-	case errors.As(err, &lim):
-		return &ConnectError{Code: codeResourceExhausted, Message: lim.Error()}
-	case errors.As(err, &refused):
-		code := codeInvalidArgument
-		switch refused.Kind {
-		case engine.RefusedNotFound:
-			code = codeNotFound
-		case engine.RefusedLimit:
-			code = codeResourceExhausted
-		case engine.RefusedBusy:
-			code = codeUnavailable
-		}
-		return &ConnectError{Code: code, Message: refused.Error()}
-	case errors.Is(err, engine.ErrClosed):
+	}
+	switch status, _ := rest.StatusOf(err); status {
+	case http.StatusNotFound:
+		return &ConnectError{Code: codeNotFound, Message: err.Error()}
+	case http.StatusTooManyRequests:
+		return &ConnectError{Code: codeResourceExhausted, Message: err.Error()}
+	case http.StatusServiceUnavailable:
 		return &ConnectError{Code: codeUnavailable, Message: err.Error()}
+	case http.StatusBadRequest:
+		return &ConnectError{Code: codeInvalidArgument, Message: err.Error()}
+	}
+	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return &ConnectError{Code: codeDeadlineExceeded, Message: err.Error()}
 	case errors.Is(err, context.Canceled):

@@ -25,7 +25,6 @@ import (
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
-	"github.com/mcp-forge/forge/server/tenant"
 )
 
 // Prefix is where the API lives.
@@ -128,29 +127,15 @@ func (a *API) op(id, method, path, summary string, scope string, errs ...int) hu
 // problem maps an error to a Problem for the request in ctx.
 func problem(ctx context.Context, err error) error {
 	var p *Problem
-	var lim *tenant.LimitError
-	var refused *engine.RefusedError
-	switch {
-	case errors.As(err, &p):
+	if errors.As(err, &p) {
 		return p
-	case errors.As(err, &lim):
-		p = NewProblem(ctx, http.StatusTooManyRequests, lim.Error())
-		if lim.RetryAfter > 0 {
-			p.WithRetryAfter(lim.RetrySeconds())
+	}
+	if status, retry := StatusOf(err); status != 0 {
+		p = NewProblem(ctx, status, err.Error())
+		if retry > 0 {
+			p.WithRetryAfter(retry)
 		}
 		return p
-	case errors.As(err, &refused):
-		switch refused.Kind {
-		case engine.RefusedNotFound:
-			return NewProblem(ctx, http.StatusNotFound, refused.Error())
-		case engine.RefusedLimit:
-			return NewProblem(ctx, http.StatusTooManyRequests, refused.Error())
-		case engine.RefusedBusy:
-			return NewProblem(ctx, http.StatusServiceUnavailable, refused.Error()).WithRetryAfter(1)
-		}
-		return NewProblem(ctx, http.StatusBadRequest, refused.Error())
-	case errors.Is(err, engine.ErrClosed):
-		return NewProblem(ctx, http.StatusServiceUnavailable, err.Error())
 	}
 	var brl *build.RateLimitError
 	switch {
