@@ -139,6 +139,11 @@ func modeCheck(cfg *profiles.Config) check {
 			c.Found = false
 			c.Detail += "; but the kernel allows no user namespaces (max_user_namespaces=" + n + "), which each child needs"
 		}
+		if kernel.ZFork() == nil {
+			c.Found = false
+			c.Detail += "; but this forge was built without the zygote helper (zfork.so, which makes every child): " +
+				"no template starts and every sandbox starts as a container; build forge with `make build`"
+		}
 		if rootless.Active() {
 			rootlessZygoteCheck(cfg, &c)
 		}

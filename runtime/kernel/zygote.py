@@ -9,20 +9,11 @@ code goes over them once the child is a sandbox of its own. The template stays s
 (a fork copies only the forking thread), runs as root of its own user namespace with CAP_SETUID
 and CAP_SETGID alone, and holds nothing secret.
 
-One fork, step by step (the child P is pid 1 of the new sandbox, P's child Q is the agent):
-  template  clone P into new user, mount, pid, net, ipc and uts namespaces; write P's
-            uid_map/gid_map (a sub-range the host gave)
-  P         write a byte on its socket to the host (the kernel sends P's pid with it); wait for
-            the map; mount a fresh /proc (masked like a container's), /tmp, /workspace,
-            /dev/shm, /dev/mqueue, /dev/pts; loopback up; hostname (all while the host moves P
-            into the sandbox's own cgroup); wait for the host; unshare the cgroup namespace;
-            user.* limits; /proc read-only parts; rlimits; drop the bounding set; become the
-            sandbox user (no capabilities); no_new_privs; seccomp; then the agent's own pid-1
-            split (P becomes the reaper, Q the agent)
-  Q         reseed what fork copied (random, numpy), then serve the host as the agent does
-
-With the C helper (reaperbin/zfork.c, _clone_c) the clone and all of P's steps are C, and P never
-runs Python; without it (or with --python-fork) they are _clone, _init and _agent below.
+Every child is made by the C helper (reaperbin/zfork.c, embedded by `make build` and installed
+beside this file as zfork.so): the clone and all of P's steps are C, P never runs Python, and
+zfork returns in Q, which runs _agent_c. docs/zygote.md is the spec of the whole path. Without the
+helper, or without glibc's tid slot (_find_tid), the template does not start: it sends
+"unavailable" with the cause, and forge starts that image's sandboxes as containers.
 """
 
 import os
@@ -34,31 +25,24 @@ import agent  # noqa: E402 (the agent's modules, imported once for every child)
 
 import ctypes  # noqa: E402
 import errno  # noqa: E402
-import fcntl  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
-import select  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import struct  # noqa: E402
 import _signal  # noqa: E402
-import _thread as _thread_mod  # noqa: E402
 import time  # noqa: E402
 
 CLONE_NEWNS = 0x00020000
-CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 24, 22, 38
-SECCOMP_MODE_FILTER = 2
-SIOCSIFFLAGS = 0x8914
-IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
+# The namespaces zfork clones P into (struct zreq's nsflags): every one but the cgroup's, which P
+# unshares once the host has moved it into its own cgroup.
+NS_FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
 
 # As a container's /proc (runtime/sandbox/spec.go): masked and read-only paths.
 MASKED = ("/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
@@ -66,47 +50,10 @@ MASKED = ("/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/late
 READONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 
 libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-libc.unshare.argtypes = [ctypes.c_int]
-libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
 
 class _Fprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-def _check(ret, what):
-    if ret != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, "%s: %s" % (what, os.strerror(e)))
-
-
-def _b(s):
-    return s.encode() if s is not None else None
-
-
-def mount(src, dst, fstype, flags, data=None):
-    _check(libc.mount(_b(src), _b(dst), _b(fstype), flags, _b(data)), "mount " + dst)
-
-
-SYS_MOVE_MOUNT = 429  # the same number on every architecture
-MOVE_MOUNT_F_EMPTY_PATH = 4
-AT_FDCWD = -100
-BRIDGE = "/run/forge"
-
-
-def _move_mount(fd, dst):
-    L = ctypes.c_long
-    _check(libc.syscall(L(SYS_MOVE_MOUNT), L(fd), b"", L(AT_FDCWD), dst.encode(), L(MOVE_MOUNT_F_EMPTY_PATH)),
-           "move_mount " + dst)
-
-
-def unshare(flags):
-    _check(libc.unshare(flags), "unshare")
-
-
-def prctl(op, a=0, b=0, c=0, d=0):
-    _check(libc.prctl(op, a, b, c, d), "prctl %d" % op)
 
 
 def _cap_last():
@@ -119,26 +66,11 @@ CAP_LAST = _cap_last()
 
 # ---------------------------------------------------------------- the child
 
-
 # Which of them this kernel's /proc has, looked up once in the template's (unmasked) /proc: a
 # child's fresh /proc has the same entries, and each lookup costs the child a path walk.
 MASKED_DIRS = tuple(p for p in MASKED if os.path.isdir(p))
 MASKED_FILES = tuple(p for p in MASKED if os.path.exists(p) and not os.path.isdir(p))
 READONLY_FOUND = tuple(p for p in READONLY if os.path.exists(p))
-
-
-def _mount_proc():
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for p in MASKED_DIRS:
-        mount("tmpfs", p, "tmpfs", MS_RDONLY, "size=0")
-    for p in MASKED_FILES:
-        mount("/dev/null", p, None, MS_BIND)
-
-
-def _readonly_proc():
-    for p in READONLY_FOUND:
-        mount(p, p, None, MS_BIND | MS_REC)
-        mount(p, p, None, MS_BIND | MS_REC | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
 def _write(path, data):
@@ -147,19 +79,6 @@ def _write(path, data):
         os.write(fd, data)
     finally:
         os.close(fd)
-
-
-def _loopback_up():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
-    finally:
-        s.close()
-
-
-def _tmpfs(path, size, uid):
-    mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV,
-          "mode=0755,size=%d,nr_inodes=65536,uid=%d,gid=%d" % (size, uid, uid))
 
 
 # The profiles' BPF programs by the host's id for each → (buffer, sock_fprog). The host sends a
@@ -182,10 +101,6 @@ def _program(req):
     return p
 
 
-def _seccomp(program):
-    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(program[1]))
-
-
 def _reseed():
     """Every child starts with the template's RNG states: give each its own. random reseeds
     itself in a forked child (os.register_at_fork), but say so; numpy's global state does not."""
@@ -197,63 +112,6 @@ def _reseed():
             np.random.seed()
         except Exception:
             pass
-
-
-def _place_fds(req_fd, rep_fd, err_fd):
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 200 + i) for i, fd in enumerate((req_fd, rep_fd, err_fd))]
-    null = os.open("/dev/null", os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    os.dup2(high[2], 2)
-    os.dup2(high[0], agent.REQ_FD)
-    os.dup2(high[1], agent.REP_FD)
-    os.closerange(agent.REP_FD + 1, 1 << 16)
-
-
-def _init(req, fds, p2c_r, program):
-    """P: pid 1 of the new pid namespace, root of the new user namespace until it drops."""
-    os.write(fds[3], b"p")  # first: the host learns P's pid from the credentials this carries
-    os.close(CTL_FD)
-    if os.read(p2c_r, 1) != b"m":  # the template wrote P's uid_map and gid_map
-        os._exit(121)
-    os.close(p2c_r)
-    os.setresgid(0, 0, 0)
-    os.setresuid(0, 0, 0)
-    uid = req["uid"]
-    # While the host moves P into the sandbox's cgroup, P makes its mounts (no user code yet).
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount_proc()
-    _tmpfs("/tmp", req["tmp_size"], uid)
-    _tmpfs("/workspace", req["workspace_size"], uid)
-    mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=1777,size=65536k")
-    mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
-    if len(fds) > 4:  # code mode: the bridge directory, a detached mount made by the host
-        _move_mount(fds[4], BRIDGE)
-        os.close(fds[4])
-        mount(None, BRIDGE, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    socket.sethostname(req["hostname"])
-    _loopback_up()
-    if os.read(fds[3], 1) != b"g":  # the host moved P into the sandbox's cgroup (fds[3]: P's socket)
-        os._exit(122)
-    os.close(fds[3])
-    # Only now: the cgroup namespace's root is the cgroup P is in when it is made.
-    unshare(CLONE_NEWCGROUP)
-    for name, value in req.get("user_limits", {}).items():  # after the last namespace
-        _write("/proc/sys/user/" + name, b"%d" % value)
-    _readonly_proc()  # after the writes to /proc/sys
-    for kind, (soft, hard) in req.get("rlimits", {}).items():
-        resource.setrlimit(getattr(resource, kind), (soft, hard))
-    for cap in range(CAP_LAST + 1):
-        prctl(PR_CAPBSET_DROP, cap)
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)  # from root to the user: every capability is gone
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
-    _seccomp(program)
-    os.chdir("/workspace")
-    _place_fds(*fds[:3])
-    _agent(req)
 
 
 # The interpreter's own steps around a fork (os.fork's): before the clone of P and after it in
@@ -289,56 +147,10 @@ def _agent_c(req):
     os._exit(0)
 
 
-def _agent(req):
-    """P, a sandbox now: its environment, then the split into the reaper and the agent Q."""
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    if req["env"] != _ENV:  # the template's own (its container's) is the usual one
-        os.environ.clear()
-        for kv in req["env"]:
-            k, _, v = kv.partition("=")
-            os.environ[k] = v
-    agent._reap_as_init()  # P becomes the reaper; this returns in Q, the agent
-    _reseed()
-    agent.main()
-    sys.stdout.flush()
-    os._exit(0)
-
-
-# clone(2) with every namespace but the cgroup's (made once P is in its own cgroup): the child
-# is pid 1 of its pid namespace at once, in one copy of the template (os.fork, then unshare and
-# a second fork, made two). It is the raw system call, so glibc's and Python's after-fork
-# handlers do not run in P: P only runs the steps of _init, single-threaded, then makes the agent
-# with os.fork (which runs them) and execs the reaper. PyDLL keeps the GIL held across the call.
-SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(os.uname().machine)
-_syscall = ctypes.PyDLL(None, use_errno=True).syscall
-_syscall.restype = ctypes.c_long
-NS_FLAGS = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-
-
-def _clone():
-    if SYS_CLONE is None:
-        raise OSError("zygote mode: no clone system call number for %s" % os.uname().machine)
-    # ENOSPC is the template's namespace budget. The kernel frees a dead child's network and
-    # user namespaces later, from a work queue, so a burst of children can find the budget
-    # spent by namespaces already dead: wait for them, within a bound.
-    delay, waited = 0.002, 0.0
-    while True:
-        pid = _syscall(ctypes.c_long(SYS_CLONE), ctypes.c_long(NS_FLAGS | signal.SIGCHLD),
-                       ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
-        if pid >= 0:
-            return pid
-        e = ctypes.get_errno()
-        if e != errno.ENOSPC or waited >= 2.0:
-            raise OSError(e, "clone: " + os.strerror(e))
-        time.sleep(delay)
-        waited += delay
-        delay = min(delay * 2, 0.05)
-
-
-# The C helper (runtime/kernel/reaperbin/zfork.c, zfork.so beside this file when forge was
-# built with it): the clone and every step of _init up to the seccomp load in C, without the
-# interpreter. --python-fork (ZygoteOptions.PythonFork, to measure both) keeps the Python steps.
+# The C helper (runtime/kernel/reaperbin/zfork.c, zfork.so beside this file): the clone, every
+# step of P and the split into the reaper and the agent, without the interpreter. It is the one
+# way a template makes a child: without it the template does not start (_load_helper).
+MACHINES = ("x86_64", "aarch64")  # the architectures zfork.c has system call numbers for
 HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zfork.so")
 REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper")
 _helper = None
@@ -348,10 +160,19 @@ _tid_addr = None  # where glibc keeps this thread's tid (see _find_tid), for the
 _rseq = 0  # glibc's rseq area of this thread (see _rseq_area), for the C split
 
 
+class Unavailable(Exception):
+    """The template cannot make children here; the host starts this image's sandboxes as
+    containers (runtime/sandbox, ErrZygoteUnavailable). The message names the cause and the fix."""
+
+
 def _load_helper():
     global _helper, _tid_addr, _rseq
-    if SYS_CLONE is None or not os.path.exists(HELPER) or not os.path.exists(REAPER):
-        return
+    machine = os.uname().machine
+    if machine not in MACHINES:
+        raise Unavailable("the zygote helper has no build for %s (only %s)" % (machine, ", ".join(MACHINES)))
+    for path in (HELPER, REAPER):
+        if not os.path.exists(path):
+            raise Unavailable("forge was built without the zygote helper (no %s): build forge with `make build`" % path)
     h = ctypes.PyDLL(HELPER)  # the GIL stays held: the template is one thread, and so is P
     h.zfork.restype = ctypes.c_long
     h.zfork.argtypes = [ctypes.c_void_p]
@@ -359,7 +180,19 @@ def _load_helper():
     h.zserve.argtypes = [ctypes.c_void_p]
     _helper = h
     _tid_addr = _find_tid()
+    if not _tid_addr:
+        raise Unavailable("glibc's tid slot not found in struct pthread of this image's libc (%s): "
+                          "the zygote helper needs it to split each child" % _libc_version())
     _rseq = _rseq_area()
+
+
+def _libc_version():
+    try:
+        f = libc.gnu_get_libc_version
+        f.restype = ctypes.c_char_p
+        return "glibc " + f().decode()
+    except (AttributeError, UnicodeDecodeError):
+        return "not glibc"
 
 
 def _rseq_area():
@@ -384,8 +217,8 @@ def _find_tid():
     own fork does, it has the kernel write the agent's tid there (CLONE_CHILD_SETTID), or
     pthread_kill and the like would use the template's. Its offset is glibc's business: found
     as the one offset at which this thread and two short-lived others keep their own tids, run
-    before the warm imports (the template forks single-threaded). Without it the agent is forked
-    by Python (os.fork in P)."""
+    before the warm imports (the template forks single-threaded). Without it the template does
+    not start."""
     import _thread
 
     pthread_self = libc.pthread_self
@@ -418,6 +251,7 @@ def _find_tid():
     if len(common) != 1:
         return None
     return base + common.pop()
+
 
 _L, _P = ctypes.c_long, ctypes.c_void_p
 
@@ -480,19 +314,20 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
              readonly=ctypes.addressof(_fixed[2]),
              ulimit_paths=ctypes.addressof(ulimits[0]), ulimit_values=ctypes.addressof(ulimits[1]),
              fprog=ctypes.addressof(program[1]), req_target=agent.REQ_FD, rep_target=agent.REP_FD,
-             tid_addr=_tid_addr or 0, reaper=REAPER.encode(), envp=ctypes.addressof(env),
+             tid_addr=_tid_addr, reaper=REAPER.encode(), envp=ctypes.addressof(env),
              rseq_area=_rseq)
     global _last
     _last = (q, req, program, ulimits, rlimits, env, _fixed, host)  # what q points to, kept alive with it
     delay, waited = 0.002, 0.0
-    while True:  # ENOSPC: as in _clone
-        if _tid_addr:  # the agent is a copy of this interpreter, taken by P: as os.fork does
-            _before_fork()
+    # ENOSPC is the template's namespace budget. The kernel frees a dead child's network and
+    # user namespaces later, from a work queue, so a burst of children can find the budget
+    # spent by namespaces already dead: wait for them, within a bound.
+    while True:
+        _before_fork()  # the agent is a copy of this interpreter, taken by P: as os.fork does
         pid = _helper.zfork(ctypes.addressof(q))
         if pid == 0:
-            return 0  # Q (or, without the split, P)
-        if _tid_addr:
-            _after_fork_parent()
+            return 0  # Q
+        _after_fork_parent()
         if pid > 0:
             return pid
         if -pid != errno.ENOSPC or waited >= 2.0:
@@ -502,27 +337,23 @@ def _clone_c(req, fds, p2c_r, p2c_w, program):
         delay = min(delay * 2, 0.05)
 
 
+def _child(req):
+    """Q, the agent of a sandbox the C helper made: it never returns to the template's code."""
+    try:
+        _agent_c(req)
+    except BaseException as e:
+        try:
+            os.write(2, ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
+        finally:
+            os._exit(120)
+    os._exit(120)
+
+
 def _fork(req, fds, program):
     p2c_r, p2c_w = os.pipe()
-    if _helper is not None:
-        pid = _clone_c(req, fds, p2c_r, p2c_w, program)
-    else:
-        pid = _clone()
+    pid = _clone_c(req, fds, p2c_r, p2c_w, program)
     if pid == 0:
-        try:
-            if _helper is not None and _tid_addr:
-                _agent_c(req)  # Q, the agent of a sandbox the C helper made
-            if _helper is not None:
-                _agent(req)  # P, a sandbox made by the C helper
-            os.close(p2c_w)
-            _init(req, fds, p2c_r, program)
-        except BaseException as e:
-            try:
-                os.write(2 if _helper is not None else fds[2],
-                         ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
-            finally:
-                os._exit(120)
-        os._exit(120)
+        _child(req)
     os.close(p2c_r)
     try:
         line = b"0 %d %d\n" % (req["ids_start"], req["ids_size"])
@@ -609,8 +440,7 @@ def _handle(ctl, msg, fds):
     global _fast
     req = text = None
     try:
-        if _loop is not None:  # a request of a new shape: zserve forks none until it succeeds
-            _loop.q, _fast = None, None
+        _loop.q, _fast = None, None  # a request of a new shape: zserve forks none until it succeeds
         text = msg.decode()  # here, not in json.loads: _scrub wipes it
         req = json.loads(text)
         program = _program(req)  # first: the host counts it sent
@@ -618,7 +448,7 @@ def _handle(ctl, msg, fds):
         if len(fds) != want:
             raise OSError("fork request with %d descriptors, want %d" % (len(fds), want))
         pid = _fork(req, fds, program)
-        if _loop is not None and _last is not None and _last[1] is req:
+        if _last is not None and _last[1] is req:
             _fast = _last
             _loop.q, _loop.ids_size = ctypes.addressof(_fast[0]), req["ids_size"]
         _send(ctl, {"op": "forked", "id": req["id"], "pid": pid})
@@ -631,21 +461,11 @@ def _handle(ctl, msg, fds):
         _scrub(req, msg, text)
 
 
-def _reap(ctl):
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
-        _send(ctl, {"op": "exit", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
-
-
 def _serve_c(ctl, wake_r):
     """The request loop in C (zfork.c's zserve): it forks the children of the shape the last
     request Python served registered, from the few fields the host sends (forkRequest.fast), and
-    reports exits, without Python; every other message comes back here."""
+    reports exits, without Python; every other message (a fork request of a new shape) comes
+    back here, to _handle."""
     global _loop
     buf = ctypes.create_string_buffer(1 << 16)
     _loop = ZLoop(ctl_fd=CTL_FD, wake_fd=wake_r, buf=ctypes.addressof(buf), bufsize=len(buf),
@@ -654,14 +474,7 @@ def _serve_c(ctl, wake_r):
     while True:
         r = _helper.zserve(ctypes.addressof(_loop))
         if r == 0:  # Q, forked by zserve
-            try:
-                _agent_c(_fast[1])
-            except BaseException as e:
-                try:
-                    os.write(2, ("zygote child: %s: %s\n" % (type(e).__name__, e)).encode())
-                finally:
-                    os._exit(120)
-            os._exit(120)
+            _child(_fast[1])
         if r == 2:
             os._exit(0)  # the host closed its end
         if r < 0:
@@ -676,38 +489,19 @@ def serve():
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    args = sys.argv[1:]
-    if args[:1] == ["--python-fork"]:
-        args = args[1:]
-    else:
-        _load_helper()
-    warmed = agent._warm(args)
+    try:
+        _load_helper()  # first: without it the template has nothing to do
+    except (Unavailable, OSError) as e:
+        _send(ctl, {"op": "unavailable", "error": str(e)})
+        ctl.recv(1)  # until the host, which has the reason, closes its end (destroying this)
+        os._exit(1)
+    warmed = agent._warm(sys.argv[1:])
     _single_thread()
     agent._known_modules = agent._modules()  # the same for every child: found once, here
     gc.collect()
     gc.freeze()  # children share the heap; the collector must not write to it
-    _send(ctl, {"op": "ready", "pid": os.getpid(), "warm": warmed,
-                "python": "%d.%d.%d" % sys.version_info[:3], "helper": "" if _helper is None else "split" if _tid_addr else "setup"})
-    if _helper is not None and _tid_addr:
-        _serve_c(ctl, wake_r)
-    fdsize = socket.CMSG_SPACE(8 * struct.calcsize("i"))
-    while True:
-        ready, _, _ = select.select([ctl, wake_r], [], [])
-        if wake_r in ready:
-            try:
-                os.read(wake_r, 4096)
-            except BlockingIOError:
-                pass
-            _reap(ctl)
-        if ctl in ready:
-            msg, anc, _, _ = ctl.recvmsg(1 << 16, fdsize)
-            if not msg:
-                os._exit(0)  # the host closed its end
-            fds = []
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.extend(struct.unpack("%di" % (len(data) // 4), data[:len(data) - len(data) % 4]))
-            _handle(ctl, msg, fds)
+    _send(ctl, {"op": "ready", "pid": os.getpid(), "warm": warmed, "python": "%d.%d.%d" % sys.version_info[:3]})
+    _serve_c(ctl, wake_r)
 
 
 if __name__ == "__main__":

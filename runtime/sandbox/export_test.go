@@ -23,3 +23,7 @@ func (r *Runtime) CloseTemplateSockets() {
 		t.ctl.Close()
 	}
 }
+
+// WithoutZygoteHelper makes the runtime install its agent without the
+// zygote's C helper (zfork.so), as a forge built without `make build` does.
+func WithoutZygoteHelper(o *Options) { o.withoutZygoteHelper = true }

@@ -65,6 +65,9 @@ type Options struct {
 	Mode Mode
 	// Zygote configures ModeZygote.
 	Zygote ZygoteOptions
+	// withoutZygoteHelper installs the agent without the C helper, as a
+	// forge built without it has it (tests only: export_test.go).
+	withoutZygoteHelper bool
 }
 
 // DefaultCgroupParent is the cgroup of every sandbox's cgroup unless
@@ -78,6 +81,7 @@ type Runtime struct {
 
 	root     string
 	agentDir string
+	zfork    []byte // the zygote's C helper installed beside the agent (kernel.ZFork), nil without
 
 	initFile   *os.File        // set by tests: the slim init handed to init processes
 	pycMu      sync.Mutex      // held while an image's agent bytecode is looked up or compiled
@@ -104,6 +108,9 @@ type Runtime struct {
 	closing   bool                          // closeTemplates began: no more background starts
 	bgStarts  sync.WaitGroup                // background template starts
 	zstats    ZygoteStats
+	// noZygote holds, by rootfs, why the image's zygote template could not
+	// start (ErrZygoteUnavailable): its sandboxes are containers.
+	noZygote sync.Map
 }
 
 // Recovered is what NewRuntime removed of dead forge processes (forge gc
@@ -189,7 +196,10 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 			return nil, fmt.Errorf("chmod %q: %w", d, err)
 		}
 	}
-	dir, err := writeAgent(opts.StateDir)
+	if r.zfork = kernel.ZFork(); opts.withoutZygoteHelper {
+		r.zfork = nil
+	}
+	dir, err := writeAgent(opts.StateDir, r.zfork)
 	if err != nil {
 		return nil, err
 	}
@@ -265,12 +275,12 @@ func (r *Runtime) setLimits(opts Options) error {
 // Budgets are each sandbox's per-user kernel limits (user.* sysctls).
 func (r *Runtime) Budgets() UserLimits { return maps.Clone(r.budgets) }
 
-// writeAgent writes the embedded agent (and the static pid-1 reaper, when
-// forge was built with it) to StateDir/agent/<hash>/, world-readable and
-// never writable by the sandbox (it is bind-mounted read-only, and owned by
-// host root).
-func writeAgent(stateDir string) (string, error) {
-	dir := filepath.Join(stateDir, "agent", agentHash())
+// writeAgent writes the embedded agent (and the static pid-1 reaper and
+// the zygote's C helper zfork, when forge was built with them) to
+// StateDir/agent/<hash>/, world-readable and never writable by the sandbox
+// (it is bind-mounted read-only, and owned by host root).
+func writeAgent(stateDir string, zfork []byte) (string, error) {
+	dir := filepath.Join(stateDir, "agent", agentHash(zfork))
 	type file struct {
 		name string
 		data []byte
@@ -280,8 +290,8 @@ func writeAgent(stateDir string) (string, error) {
 	if r := kernel.Reaper(); r != nil {
 		files = append(files, file{kernel.ReaperFileName, r, 0o555})
 	}
-	if z := kernel.ZFork(); z != nil {
-		files = append(files, file{kernel.ZForkFileName, z, 0o444})
+	if zfork != nil {
+		files = append(files, file{kernel.ZForkFileName, zfork, 0o444})
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("creating agent dir: %w", err)
@@ -365,12 +375,12 @@ func (r *Runtime) Close() error {
 // IDs is the allocator of the sandboxes' host id blocks.
 func (r *Runtime) IDs() *idmap.Allocator { return r.ids }
 
-func agentHash() string {
+func agentHash(zfork []byte) string {
 	h := sha256.New()
 	h.Write(kernel.AgentSource)
 	h.Write(kernel.ZygoteSource)
 	h.Write(kernel.Reaper())
-	h.Write(kernel.ZFork())
+	h.Write(zfork)
 	return hex.EncodeToString(h.Sum(nil)[:6])
 }
 
@@ -598,11 +608,12 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	if err := r.ensureAgentDir(); err != nil {
 		return nil, err
 	}
-	if zygote && ((len(cfg.Binds) > 0 && !cfg.TemplateBinds) || len(cfg.BuildBinds) > 0) {
+	if zygote && ((len(cfg.Binds) > 0 && !cfg.TemplateBinds) || len(cfg.BuildBinds) > 0 || r.zygoteUnavailable(cfg.Rootfs)) {
 		// A child gets its bridge directory (code mode's socket) as a detached
 		// mount; more binds (sandboxed servers, which also Spawn, and builds)
 		// stay containers. Binds many sandboxes share (hosted tools:
 		// TemplateBinds) are mounted in a template of their own instead.
+		// An image whose template could not start is served by containers.
 		r.zstat(func(z *ZygoteStats) { z.Fallbacks++ })
 		zygote = false
 	}
@@ -610,7 +621,13 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	var err error
 	if zygote {
 		s, err = r.startChild(ctx, cfg)
-	} else {
+		if errors.Is(err, ErrZygoteUnavailable) {
+			r.noZygoteFor(cfg, err)
+			r.zstat(func(z *ZygoteStats) { z.Fallbacks++ })
+			zygote = false
+		}
+	}
+	if !zygote {
 		argv, compiled := r.agentArgv(ctx, cfg)
 		s, err = r.start(ctx, cfg, argv)
 		if err != nil && compiled && errors.Is(err, errAgentStart) && ctx.Err() == nil {
@@ -635,6 +652,23 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 	return s, nil
 }
 
+// zygoteUnavailable says whether rootfs's zygote template could not start.
+func (r *Runtime) zygoteUnavailable(rootfs string) bool {
+	_, ok := r.noZygote.Load(rootfs)
+	return ok
+}
+
+// noZygoteFor records why cfg's image has no zygote template, and says so
+// once per image: from then on Start makes its sandboxes containers without
+// trying a template again.
+func (r *Runtime) noZygoteFor(cfg Config, err error) {
+	if _, seen := r.noZygote.LoadOrStore(cfg.Rootfs, err); !seen {
+		r.zstat(func(z *ZygoteStats) { z.UnavailableImages++ })
+		r.log.Warn("zygote mode unavailable for this image: its sandboxes start as containers (slower; forge doctor)",
+			"image", cfg.ImageID, "rootfs", cfg.Rootfs, "why", err)
+	}
+}
+
 // ensureAgentDir writes the agent directory again if it was removed from
 // under the runtime (by forge gc of another build, or by hand); the bytecode
 // went with it, so the runtime forgets what it knew of it.
@@ -642,7 +676,7 @@ func (r *Runtime) ensureAgentDir() error {
 	if _, err := os.Stat(r.agentDir); err == nil {
 		return nil
 	}
-	if _, err := writeAgent(filepath.Dir(filepath.Dir(r.agentDir))); err != nil {
+	if _, err := writeAgent(filepath.Dir(filepath.Dir(r.agentDir)), r.zfork); err != nil {
 		return err
 	}
 	r.pycMu.Lock()

@@ -43,12 +43,16 @@ import (
 // CAP_SETGID only (to write its children's id maps), under a seccomp filter
 // that lets unshare and mount through (seccomp.Template), and with an
 // unmasked /proc (the kernel lets a child mount a fresh /proc only where one
-// is fully visible). It never runs user code. Each child is a full sandbox
-// (see zygote.py for the steps): its own user namespace mapped onto a slot
+// is fully visible). It never runs user code. Each child is a full sandbox,
+// made by the C helper (kernel.ZFork, zfork.c; docs/zygote.md has every
+// step): its own user namespace mapped onto a slot
 // of the template's ids, its own cgroup made here, a fresh /proc, /tmp and
 // /workspace, no capabilities, no_new_privs and the full seccomp profile.
 // Its *Sandbox behaves as a container's: the pool, sessions and the engine
-// cannot tell them apart.
+// cannot tell them apart. Where a template cannot make children (forge
+// built without the helper, an image whose glibc hides the thread's tid) it
+// does not start (ErrZygoteUnavailable), and Start makes that image's
+// sandboxes containers.
 
 // Mode says how a Runtime makes sandboxes.
 type Mode string
@@ -82,10 +86,6 @@ type ZygoteOptions struct {
 	// per hosted tools module, and tenant) alive at once; starting one more
 	// retires the least recently used. 0 derives it (bindsBound).
 	BindsTemplates int
-	// PythonFork makes each child with the template's Python steps rather
-	// than its C helper (kernel.ZFork), which templates use when forge was
-	// built with it: to measure both, and to test the Python path.
-	PythonFork bool
 }
 
 // Zygote defaults.
@@ -179,17 +179,16 @@ type ZygoteStats struct {
 	Templates int `json:"templates"` // started
 	Retired   int `json:"retired"`   // destroyed after their forks or age
 	Forks     int `json:"forks"`     // children forked
-	Fallbacks int `json:"fallbacks"` // sandboxes started as containers instead (extra binds: hosted tools, builds)
-	// HelperTemplates are the templates that make their children with
-	// the C helper (the others take the Python steps), and SplitTemplates
-	// those of them whose helper also splits each child's pid 1 into the
-	// reaper and the agent (it needs to know where glibc keeps a thread's
-	// tid; without, the split is Python's os.fork).
-	HelperTemplates int `json:"helper_templates"`
-	SplitTemplates  int `json:"split_templates"`
+	// Fallbacks are sandboxes started as containers instead: with extra
+	// binds (sandboxed servers, builds), or of an image whose template
+	// cannot start (ErrZygoteUnavailable).
+	Fallbacks int `json:"fallbacks"`
+	// UnavailableImages are the images (rootfs) whose template could not
+	// start (ErrZygoteUnavailable): every sandbox of theirs is a container.
+	UnavailableImages int `json:"unavailable_images"`
 	// FastForks are the children that a template's request loop in C
-	// forked (SplitTemplates only): from the few fields of a request of the
-	// shape it forked last, with no Python run in the template.
+	// forked: from the few fields of a request of the shape it forked
+	// last, with no Python run in the template.
 	FastForks int `json:"fast_forks"`
 	// SpareForks are the fast forks whose child the template had cloned
 	// ahead (a spare, once it had served the fork before): the clone, most
@@ -244,7 +243,6 @@ type template struct {
 	devices     []*config.Rule   // the container's device rules, for each child's cgroup on v2 (on v1 its template's has them)
 	procs       *os.File         // the template's own cgroup.procs (see beat), nil if not opened
 	pid         string           // of the template's init, on the host
-	helper      string           // "" (the Python steps), "setup" (the C helper) or "split" (the C helper, and the split)
 	bridgeDir   string           // the mount points of a binds template (key.binds), removed with it
 	lastTake    atomic.Int64     // unix nanoseconds of the last slot taken: the least recently used binds template goes first
 	// seq numbers the template's fork requests: a request's id is its
@@ -329,7 +327,6 @@ type zygoteMsg struct {
 	Error  string   `json:"error"`
 	Warm   []string `json:"warm"`
 	Python string   `json:"python"`
-	Helper string   `json:"helper"`
 	Spare  bool     `json:"spare"` // a fast fork's child was the template's spare
 }
 
@@ -463,12 +460,6 @@ func (r *Runtime) launchTemplate(ctx context.Context, cfg Config, done chan stru
 		r.templates = append(r.templates, t)
 		r.all = append(r.all, t)
 		r.zstats.Templates++
-		if t.helper != "" {
-			r.zstats.HelperTemplates++
-		}
-		if t.helper == "split" {
-			r.zstats.SplitTemplates++
-		}
 	}
 	r.tmu.Unlock()
 	if err != nil {
@@ -644,8 +635,10 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	go t.read(ready)
 	select {
 	case m := <-ready:
-		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "helper", m.Helper, "took", time.Since(t.started))
-		t.helper = m.Helper
+		if m.Op == "unavailable" {
+			return nil, fmt.Errorf("zygote template %s: %w: %.500s", t.id, ErrZygoteUnavailable, m.Error)
+		}
+		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "took", time.Since(t.started))
 		if !r.noCgroups {
 			t.openProcs()
 		}
@@ -741,11 +734,7 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 	limits.Pids = int64(r.zopts.Slots) + 16 // a child is here only until it joins its own cgroup
 	limits.MemoryBytes = templateMemory(cfg.Limits.MemoryBytes, r.zopts.Slots)
 	t.memory = limits.MemoryBytes
-	argv := kernel.Argv(kernel.ZygotePath)
-	if r.zopts.PythonFork {
-		argv = append(argv, "--python-fork")
-	}
-	argv = append(argv, r.zopts.Warm...)
+	argv := append(kernel.Argv(kernel.ZygotePath), r.zopts.Warm...)
 	if t.key.binds != "" {
 		argv = append(argv, cfg.TemplateWarm...)
 	}
@@ -823,7 +812,7 @@ func (t *template) read(ready chan<- zygoteMsg) {
 			return
 		}
 		switch m.Op {
-		case "ready":
+		case "ready", "unavailable": // once, before any fork request
 			ready <- m
 		case "forked":
 			select {
@@ -1201,7 +1190,7 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		return nil, fmt.Errorf("sandbox %s %w: %w%s", id, errAgentStart, err, s.stderrNote())
 	}
 	s.hello = hello
-	if t.helper == "split" && !t.writeSet.Swap(true) {
+	if !t.writeSet.Swap(true) {
 		t.sendWriteSet(k.hostPid) // before the sandbox runs code: its caller has it only below
 	}
 	r.zstat(func(z *ZygoteStats) { z.Forks++ })
@@ -1392,25 +1381,22 @@ func sendFds(f *os.File, msg []byte, fds []int) error {
 	return serr
 }
 
-// message is the fork request as sent (under forkMu). When the template
-// serves requests in C (helper "split") and the request's shape is the one
-// it registered last, it is a fast request (forkRequest.fast). Else it is the whole request,
+// message is the fork request as sent (under forkMu). When the request's
+// shape is the one the template registered last, it is a fast request (forkRequest.fast). Else it is the whole request,
 // with the BPF of its seccomp program only if the template has not been
 // sent it, which it is counted as from here (a request that fails to reach
 // the template ends the template); shape is then the request's shape,
 // which the template registers if the fork succeeds.
 func (t *template) message(req *forkRequest, prog bpf) (msg, shape []byte, fast bool, err error) {
 	req.Seccomp, req.SeccompReset = "", false
-	if t.helper == "split" {
-		if shape, err = req.shape(); err != nil {
-			return nil, nil, false, err
-		}
-		if t.sent[prog.id] && bytes.Equal(shape, t.shape) {
-			msg, err := req.fast()
-			return msg, nil, true, err
-		}
-		t.shape = nil // the template forgets its own at this request
+	if shape, err = req.shape(); err != nil {
+		return nil, nil, false, err
 	}
+	if t.sent[prog.id] && bytes.Equal(shape, t.shape) {
+		msg, err := req.fast()
+		return msg, nil, true, err
+	}
+	t.shape = nil // the template forgets its own at this request
 	if !t.sent[prog.id] {
 		if t.sent == nil || len(t.sent) >= maxSentPrograms {
 			req.SeccompReset = t.sent != nil

@@ -62,11 +62,15 @@ func TestZygoteMode(t *testing.T) {
 // destroys first).
 func zygoteRuntime(tb testing.TB, z sandbox.ZygoteOptions) *sandbox.Runtime {
 	tb.Helper()
+	testenv.RequireZygoteHelper(tb)
 	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: testutil.StateDirPath(), Mode: sandbox.ModeZygote, Zygote: z})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { rt.Close() })
+	tb.Cleanup(func() {
+		testenv.CheckNoZygoteFallback(tb, rt)
+		rt.Close()
+	})
 	return rt
 }
 
@@ -528,6 +532,7 @@ for line in open("/proc/self/mountinfo"):
     sep = f.index("-")
     mounts[f[4]] = (f[5].split(",")[0], f[sep + 1], ",".join(o for o in f[sep + 3].split(",") if not o.startswith(("inode64", "uid=", "gid="))))
 out["mounts"] = sorted((k, v) for k, v in mounts.items() if k.startswith(("/proc", "/tmp", "/workspace", "/dev/shm", "/dev/mqueue", "/dev/pts", "/run")))
+out["root"] = mounts["/"][0]
 try:
     open("/proc/sys/kernel/hostname", "w").write("x"); out["proc_sys"] = "writable"
 except OSError as e:
@@ -539,6 +544,7 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 out["lo"] = struct.unpack("16sh22x", fcntl.ioctl(s, 0x8913, struct.pack("16sh22x", b"lo", 0)))[1]
 s.close()
 out["cgroup"] = open("/proc/self/cgroup").read().count(":/\n")
+out["cgroup_ns_root"] = all(l.endswith(":/") for l in open("/proc/self/cgroup").read().splitlines())
 out["cwd"] = os.getcwd()
 out["env"] = sorted(os.environ.items())
 out["fds"] = sorted(int(f) for f in os.listdir("/proc/self/fd"))
@@ -567,66 +573,63 @@ if rsize:
     out["rseq"] = (rc, ctypes.get_errno())
 print(repr(out))`
 
-// TestZygoteHelper: templates make their children with the C helper
-// (zfork.c) when forge is built with it, and a child made by it is set up
-// exactly as one made by the Python steps (ZygoteOptions.PythonFork):
-// credentials, no capabilities, no_new_privs, seccomp, mounts, the masked
-// /proc, limits, namespaces and descriptors read from inside are the same.
-// So is the second child of the C helper's template, which its request loop
-// in C forked from a fast request (ZygoteStats.FastForks) and had cloned
-// ahead, a spare (SpareForks); Python's forks none. A request of another
-// shape drops the spare: the next spare, and its child, are of that shape.
+// TestZygoteHelper: every child is made by the template's C helper
+// (zfork.c, the one way a child is made), and its setup, read from inside,
+// is the sandbox's: credentials and no capabilities in pid 1 (the static
+// reaper) and the agent, no_new_privs, seccomp, a read-only root, /tmp and
+// /workspace size-capped, nosuid and nodev, the masked and read-only
+// /proc, rlimits and user.* limits, its own hostname, loopback up, its own
+// cgroup namespace, only the agent's descriptors, and a tid, robust list
+// and rseq area of the agent's own (pthread_kill, the CPU clock of its
+// main thread). The second child, which the template's request loop in C
+// forked from a fast request (ZygoteStats.FastForks) and had cloned ahead
+// (a spare, SpareForks), is set up the same. A request of another shape
+// drops the spare: the next spare, and its child, are of that shape.
 func TestZygoteHelper(t *testing.T) {
 	_, root := testenv.Runtime(t)
-	state := map[bool]string{}
-	for _, python := range []bool{false, true} {
-		rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 4, Templates: 1, PythonFork: python})
-		sb := startZygote(t, rt, root)
-		state[python] = execOK(t, sb, childState)
-		want := 1
-		if python {
-			want = 0
-		}
-		if st := rt.ZygoteStats(); st.HelperTemplates != want || st.SplitTemplates != want || st.Forks != 1 || st.FastForks != 0 {
-			t.Errorf("PythonFork %t: stats %+v, want %d template(s) on the C helper, no fast fork", python, st, want)
-		}
-		sb2 := startZygote(t, rt, root)
-		second := execOK(t, sb2, childState)
-		if h, id := execOK(t, sb2, "import socket; print(socket.gethostname())"), sb2.ID(); h != "sandbox-"+id[len(id)-6:] {
-			t.Errorf("PythonFork %t: the second child's hostname is %q, want its own (sandbox %s)", python, h, id)
-		}
-		if st := rt.ZygoteStats(); st.Forks != 2 || st.FastForks != want || st.SpareForks != want {
-			t.Errorf("PythonFork %t, a second child of the same request shape: stats %+v, want %d fast fork(s), from a spare", python, st, want)
-		}
-		if second != state[python] {
-			t.Errorf("PythonFork %t: the second child differs from the first:\nfirst:  %s\nsecond: %s", python, state[python], second)
-		}
-		// Another shape (a larger /tmp), twice: Python forks the first, a spare of the new shape the second.
-		for i := range 2 {
-			sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits, TmpSize: 96 << 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sb.Destroy() })
-			if got := execOK(t, sb, "import os; s = os.statvfs('/tmp'); print(s.f_blocks * s.f_frsize)"); got != "100663296" {
-				t.Errorf("PythonFork %t, child %d of a new shape: /tmp is %s bytes, want 100663296", python, i+1, got)
-			}
-		}
-		if st := rt.ZygoteStats(); st.Forks != 4 || st.FastForks != 2*want || st.SpareForks != 2*want {
-			t.Errorf("PythonFork %t, two children of a new shape: stats %+v, want %d fast fork(s), each from a spare", python, st, 2*want)
-		}
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 4, Templates: 1})
+	sb := startZygote(t, rt, root)
+	first := execOK(t, sb, childState)
+	if st := rt.ZygoteStats(); st.Templates != 1 || st.Forks != 1 || st.FastForks != 0 || st.Fallbacks != 0 {
+		t.Errorf("stats %+v, want one template, one fork, no fast fork, no fallback", st)
 	}
-	if state[false] != state[true] {
-		t.Errorf("a child of the C helper differs from one of the Python steps:\nC:      %s\nPython: %s", state[false], state[true])
-	}
-	for _, want := range []string{"'CapBnd': ['0000000000000000']", "'CapEff': ['0000000000000000']", "'NoNewPrivs': ['1']",
-		"'Seccomp': ['2']", "'Uid': ['1000', '1000', '1000', '1000']", "'pid1_exe': '/opt/forge/agent/reaper'",
+	for _, want := range []string{"'CapBnd': ['0000000000000000']", "'CapEff': ['0000000000000000']", "'CapPrm': ['0000000000000000']",
+		"'CapAmb': ['0000000000000000']", "'NoNewPrivs': ['1']", "'Seccomp': ['2']", "'Uid': ['1000', '1000', '1000', '1000']",
+		"'Gid': ['1000', '1000', '1000', '1000']", "'Groups': []", "'pid1_exe': '/opt/forge/agent/reaper'",
 		"'proc_sys': 30", "'cwd': '/workspace'", "('/proc/keys', ('rw'", "('/proc/acpi', ('ro', 'tmpfs'",
+		"('/tmp', ('rw', 'tmpfs', 'rw,size=65536k,nr_inodes=65536,mode=755')", "('/workspace', ('rw', 'tmpfs'",
+		"('/proc', ('rw', 'proc'", "'root': 'ro'",
 		"'rlimits': [(1024, 1024), (0, 0)", "('/proc/sys', ('ro'", "'lo': 73", "'max_user_namespaces', '0'",
+		"'hostname': 'sandbox-'", "'cgroup_ns_root': True", "'NSpid': ['1']", "'NSpid': ['2']",
 		"'pthread_kill_main': [None]", "'main_cpu_clock': True", "'robust_list': (0, True, 24)", "'rseq': (-1, 16)"} {
-		if !strings.Contains(state[false], want) {
-			t.Errorf("a child of the C helper: no %s in %s", want, state[false])
+		if !strings.Contains(first, want) {
+			t.Errorf("a child of the C helper: no %s in %s", want, first)
 		}
+	}
+	sb2 := startZygote(t, rt, root)
+	second := execOK(t, sb2, childState)
+	if h, id := execOK(t, sb2, "import socket; print(socket.gethostname())"), sb2.ID(); h != "sandbox-"+id[len(id)-6:] {
+		t.Errorf("the second child's hostname is %q, want its own (sandbox %s)", h, id)
+	}
+	if st := rt.ZygoteStats(); st.Forks != 2 || st.FastForks != 1 || st.SpareForks != 1 {
+		t.Errorf("a second child of the same request shape: stats %+v, want a fast fork, from a spare", st)
+	}
+	if second != first {
+		t.Errorf("the second child (a spare's) differs from the first:\nfirst:  %s\nsecond: %s", first, second)
+	}
+	// Another shape (a larger /tmp), twice: Python forks the first, a spare of the new shape the second.
+	for i := range 2 {
+		sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits, TmpSize: 96 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sb.Destroy() })
+		if got := execOK(t, sb, "import os; s = os.statvfs('/tmp'); print(s.f_blocks * s.f_frsize)"); got != "100663296" {
+			t.Errorf("child %d of a new shape: /tmp is %s bytes, want 100663296", i+1, got)
+		}
+	}
+	if st := rt.ZygoteStats(); st.Forks != 4 || st.FastForks != 2 || st.SpareForks != 2 {
+		t.Errorf("two children of a new shape: stats %+v, want 2 fast forks, each from a spare", st)
 	}
 }
 
@@ -837,28 +840,37 @@ print(json.dumps({"hosts": sorted(h.decode() for h in hosts), "ids": sorted(i.de
 // another sandbox's hostname in its own memory (the template wipes each
 // request's hostname and raw message, in Python and in zfork.c, once the
 // child is forked), nor any sandbox id, which names forge's host pid (the
-// template is sent a request number instead). With the C helper's fast
-// forks and spares, and with the Python steps.
+// template is sent a request number instead). Requests of two shapes
+// alternate, so that Python (a request of a new shape) and the request
+// loop in C (fast forks, spares) each serve several.
 func TestZygoteSiblingMemoryScrubbed(t *testing.T) {
 	_, root := testenv.Runtime(t)
-	for _, python := range []bool{false, true} {
-		t.Run(fmt.Sprintf("python-fork=%v", python), func(t *testing.T) {
-			rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 6, Templates: 1, PythonFork: python})
-			var kids []*sandbox.Sandbox
-			for range 4 {
-				kids = append(kids, startZygote(t, rt, root))
-			}
-			tpl := ppid(t, kids[0].Pid())
-			for i, sb := range kids {
-				if p := ppid(t, sb.Pid()); p != tpl {
-					t.Fatalf("child %d has parent %d, want the one template %d", i, p, tpl)
-				}
-				got := execOK(t, sb, scanMemory(os.Getpid()))
-				if got != `{"hosts": [], "ids": []}` {
-					t.Errorf("child %d (of %d, stats %+v) finds in its own memory %s: other sandboxes' hostnames, or sandbox ids with forge's pid %d",
-						i, len(kids), rt.ZygoteStats(), got, os.Getpid())
-				}
-			}
-		})
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 8, Templates: 1})
+	var kids []*sandbox.Sandbox
+	for i := range 6 {
+		cfg := sandbox.Config{Rootfs: root, Limits: defaultLimits}
+		if i/2%2 == 1 {
+			cfg.TmpSize = 96 << 20 // another shape: served by Python, then fast
+		}
+		sb, err := rt.Start(context.Background(), cfg)
+		if err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		t.Cleanup(func() { _ = sb.Destroy() })
+		kids = append(kids, sb)
+	}
+	if st := rt.ZygoteStats(); st.Forks != 6 || st.FastForks < 2 || st.FastForks > 4 {
+		t.Errorf("stats %+v, want 6 forks, of them 2-4 fast (Python served each change of shape)", st)
+	}
+	tpl := ppid(t, kids[0].Pid())
+	for i, sb := range kids {
+		if p := ppid(t, sb.Pid()); p != tpl {
+			t.Fatalf("child %d has parent %d, want the one template %d", i, p, tpl)
+		}
+		got := execOK(t, sb, scanMemory(os.Getpid()))
+		if got != `{"hosts": [], "ids": []}` {
+			t.Errorf("child %d (of %d, stats %+v) finds in its own memory %s: other sandboxes' hostnames, or sandbox ids with forge's pid %d",
+				i, len(kids), rt.ZygoteStats(), got, os.Getpid())
+		}
 	}
 }

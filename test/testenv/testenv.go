@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-forge/forge/rootfs"
 	"github.com/mcp-forge/forge/runtime/engine"
 	"github.com/mcp-forge/forge/runtime/idmap"
+	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/test/testutil"
 )
@@ -123,10 +124,39 @@ func RunInMode(t *testing.T, mode sandbox.Mode, run string, min int) {
 	t.Logf("%s mode passed %d tests: %s", mode, len(passed), strings.Join(passed, " "))
 }
 
+// HasZygoteHelper says whether this test binary embeds the zygote's C
+// helper (zfork.so, built by `make build`), without which no template
+// starts and every sandbox of a zygote-mode runtime is a container.
+func HasZygoteHelper() bool { return kernel.ZFork() != nil }
+
+// zygoteHelperMissing is why a zygote test cannot test zygote mode.
+const zygoteHelperMissing = "the test binary embeds no zygote helper (runtime/kernel/reaperbin/zfork.so): " +
+	"build it with `make build` before go test; without it every sandbox falls back to a container"
+
+// RequireZygoteHelper skips a test of zygote children (fails it in CI)
+// when the test binary embeds no C helper.
+func RequireZygoteHelper(t testing.TB) {
+	t.Helper()
+	testutil.Require(t, HasZygoteHelper(), zygoteHelperMissing)
+}
+
+// CheckNoZygoteFallback fails t if rt, a zygote-mode runtime, made some
+// image's sandboxes containers because its template could not start: a
+// zygote test must not pass through containers.
+func CheckNoZygoteFallback(t testing.TB, rt *sandbox.Runtime) {
+	t.Helper()
+	if rt.Mode() == sandbox.ModeZygote {
+		if st := rt.ZygoteStats(); st.UnavailableImages != 0 {
+			t.Errorf("zygote mode: %d image(s) had no template and ran as containers (the warning in the log says why): %+v", st.UnavailableImages, st)
+		}
+	}
+}
+
 // ZygoteRuntime is Runtime in zygote mode (a second runtime on the same
 // state dir and rootfs), so that one suite runs against both modes.
 func ZygoteRuntime(t testing.TB) (*sandbox.Runtime, string) {
 	t.Helper()
+	RequireZygoteHelper(t)
 	_, root := Runtime(t)
 	shared.zonce.Do(func() {
 		shared.zrt, shared.zerr = sandbox.NewRuntime(context.Background(), sandbox.Options{
@@ -354,6 +384,12 @@ func EngineWith(t testing.TB, data bool, mutate func(*profiles.Config), opts eng
 	if mutate != nil {
 		mutate(cfg)
 	}
+	if cfg.Sandbox.Mode == string(sandbox.ModeZygote) && !HasZygoteHelper() {
+		if testutil.InCI() {
+			t.Fatalf("required in CI but unavailable: %s", zygoteHelperMissing)
+		}
+		t.Logf("zygote mode: %s", zygoteHelperMissing)
+	}
 	opts.Config = cfg
 	eng, err := engine.New(context.Background(), opts)
 	if err != nil {
@@ -361,6 +397,9 @@ func EngineWith(t testing.TB, data bool, mutate func(*profiles.Config), opts eng
 	}
 	ImportImages(t, eng.Store(), data)
 	t.Cleanup(func() {
+		if HasZygoteHelper() {
+			CheckNoZygoteFallback(t, eng.Runtime())
+		}
 		if err := eng.Close(5 * time.Second); err != nil {
 			t.Errorf("engine.Close: %v", err)
 		}

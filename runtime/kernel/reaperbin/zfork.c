@@ -1,13 +1,14 @@
 /*
- * forge-zfork: the steps of a zygote child P in C (see runtime/kernel/zygote.py, _fork_c).
+ * forge-zfork: the one way a zygote child is made (runtime/kernel/zygote.py, _clone_c; the spec
+ * is docs/zygote.md).
  *
  * zygote.py loads this shared object with ctypes (PyDLL: the GIL stays held) and calls
  * zfork(&req) for each fork. zfork makes the raw clone(2) with the namespace flags; in the
  * template it returns P's pid (or -errno). In P, pid 1 of the new pid namespace, it runs every
- * step of zygote.py's _init up to and including the seccomp load and the placement of the
- * agent's descriptors, with no Python in between, then returns 0: the Python that follows in P
- * only splits P into the reaper and the agent (agent._reap_as_init, a real fork). On a failure
- * P writes the step and errno to its stderr pipe and exits 120, as the Python steps do.
+ * step of the sandbox (child) up to and including the seccomp load and the placement of the
+ * agent's descriptors, with no Python in between, then splits P into the reaper (P execs it)
+ * and the agent Q (split), and returns 0 in Q. On a failure P writes the step and errno to its
+ * stderr pipe and exits 120.
  *
  * zserve(&loop) is the template's request loop (zygote.py, _serve_c): it serves the fork requests
  * of the shape Python last registered, and the exits of children, with no Python run in the
@@ -196,8 +197,8 @@ struct zreq {
 	long req_target, rep_target; /* where the agent wants its request and reply fds */
 	/* The split of P into the reaper (P, which execs reaper with reaper_argv and envp) and the
 	 * agent Q, which zfork returns 0 in. tid_addr is where glibc keeps the calling thread's tid
-	 * (struct pthread's tid, found by zygote.py), for the kernel to write Q's own into, as glibc's
-	 * fork does; 0 leaves the split to Python (zfork returns 0 in P then). */
+	 * (struct pthread's tid, found by zygote.py, which does not start without it), for the
+	 * kernel to write Q's own into, as glibc's fork does. */
 	int *tid_addr;
 	const char *reaper; /* exec'd as: reaper <the agent's pid> */
 	char *const *envp;
@@ -243,7 +244,7 @@ static long put_str(char *buf, long at, const char *s) {
 	return at;
 }
 
-/* fail reports the step and errno on the child's stderr pipe and exits as _init's failures do. */
+/* fail reports the step and errno on the child's stderr pipe and exits 120 (the host reads it). */
 static void __attribute__((noreturn)) fail(long err_fd, const char *step, long ret) {
 	char buf[256]; /* every step is a short constant */
 	long at = put_str(buf, 0, "zygote child (C): ");
@@ -360,8 +361,7 @@ static void child(const struct zreq *q) {
 		CHECK(SC3(NR_IOCTL, s, SIOCSIFFLAGS, &ifr), "loopback up");
 		SC1(NR_CLOSE, s);
 	}
-	/* What does not wait for the cgroup, while the host moves P (zygote.py's _init has the
-	 * order of the Python steps, with the same outcome): the user limits but the cgroup
+	/* What does not wait for the cgroup, while the host moves P: the user limits but the cgroup
 	 * namespaces' (P makes one below), /proc read-only but /proc/sys (where they are written),
 	 * the rlimits, and the bounding set (P keeps its effective capabilities until setresuid). */
 	for (i = 0; q->ulimit_paths[i]; i++)
@@ -675,7 +675,7 @@ static void spare_start(const struct zreq *q) {
 
 __attribute__((visibility("default"))) long zfork(const struct zreq *q) {
 	long pid;
-	if (q->tid_addr && SC3(NR_GET_ROBUST_LIST, 0, &robust_head, &robust_len) < 0)
+	if (SC3(NR_GET_ROBUST_LIST, 0, &robust_head, &robust_len) < 0)
 		robust_head = 0;
 	pid = SC5(NR_CLONE, q->nsflags | SIGCHLD, 0, 0, 0, 0);
 	if (pid != 0)
@@ -683,9 +683,8 @@ __attribute__((visibility("default"))) long zfork(const struct zreq *q) {
 	if (spare_in >= 0)
 		spare_start(q);
 	child(q);
-	if (q->tid_addr)
-		split(q);
-	return 0;
+	split(q);
+	return 0; /* in Q */
 }
 
 /* The template's request loop (zygote.py's _serve_c, ZLoop there: keep the two in step). */

@@ -1,0 +1,81 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/mcp-forge/forge/runtime/kernel"
+	"github.com/mcp-forge/forge/runtime/sandbox"
+	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
+)
+
+// lockedBuffer is a log destination that sandboxes' goroutines write to at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestZygoteWithoutHelper: the C helper (zfork.so) is the one way a
+// template makes a child. In a forge built without it (plain go build) the
+// template does not start: it says why and what to do, the image's
+// sandboxes start as containers instead (ZygoteStats.Fallbacks), the
+// warning is logged once for the image, not per sandbox, and no template
+// is tried again.
+func TestZygoteWithoutHelper(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	logs := &lockedBuffer{}
+	opts := sandbox.Options{StateDir: testutil.StateDirPath(), Mode: sandbox.ModeZygote,
+		Zygote: sandbox.ZygoteOptions{Slots: 2, Templates: 1},
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	sandbox.WithoutZygoteHelper(&opts)
+	rt, err := sandbox.NewRuntime(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	if _, err := os.Stat(filepath.Join(rt.AgentDir(), kernel.ZForkFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the agent directory %s has %s (%v), want none, as a forge built without it", rt.AgentDir(), kernel.ZForkFileName, err)
+	}
+	for i := range 3 {
+		sb := startZygote(t, rt, root)
+		if got := execOK(t, sb, "print(6 * 7)"); got != "42" {
+			t.Fatalf("sandbox %d printed %q, want 42", i, got)
+		}
+		if p := ppid(t, sb.Pid()); p != os.Getpid() {
+			t.Errorf("sandbox %d: its pid 1's parent is %d, want forge (%d): a container, not a template's child", i, p, os.Getpid())
+		}
+	}
+	if st := rt.ZygoteStats(); st.Templates != 0 || st.Forks != 0 || st.Fallbacks != 3 || st.UnavailableImages != 1 {
+		t.Errorf("stats %+v, want no template, no fork, 3 fallbacks, 1 image unavailable", st)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "level=WARN"); n != 1 || !strings.Contains(out, `msg="zygote mode unavailable for this image`) {
+		t.Errorf("the fallback was logged %d times, want once:\n%s", n, out)
+	}
+	for _, want := range []string{"forge was built without the zygote helper", "zfork.so", "build forge with `make build`",
+		sandbox.ErrZygoteUnavailable.Error()} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log does not say %q:\n%s", want, out)
+		}
+	}
+}
