@@ -166,6 +166,7 @@ func ZygoteRuntime(t testing.TB) (*sandbox.Runtime, string) {
 	if shared.zerr != nil {
 		t.Fatalf("setting up the zygote-mode sandbox runtime: %v", shared.zerr)
 	}
+	t.Cleanup(func() { CheckNoZygoteFallback(t, shared.zrt) })
 	return shared.zrt, root
 }
 
