@@ -19,56 +19,26 @@
 #   FORGE_CACHE_DIR        where the venv goes (default ~/.cache/forge)
 #   PYTHON                 the Python that makes the venv (default python3)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+name=test-agentsandbox
+source "$(dirname "$0")/lib-serve.sh"
 suite=$root/test/agentsandbox
-forge=${FORGE_BIN:-$root/bin/forge}
-state=${FORGE_TEST_STATE_DIR:-/var/lib/forge-test}
-cache=${FORGE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/forge}
-py=${PYTHON:-python3}
 bench=0
 if [[ ${1:-} == --bench ]]; then
 	bench=1
 	shift
 fi
 
-log() { printf '\n== %s\n' "$*" >&2; }
-die() { printf 'test-agentsandbox: %s\n' "$*" >&2; exit 1; }
-
-command -v "$py" >/dev/null || die "$py not found"
-
-req=$suite/requirements.txt
-venv=$cache/agentsandbox-venv-$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-$(sha256sum "$req" | cut -c1-12)
-if ! "$venv/bin/python" -c 'import k8s_agent_sandbox, pytest' 2>/dev/null; then
-	log "installing the pinned client into $venv"
-	rm -rf "$venv"
-	"$py" -m venv "$venv"
-	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req" >&2
-fi
+venv=$(pinned_venv agentsandbox "$suite/requirements.txt" 'import k8s_agent_sandbox, pytest')
 if [[ ${1:-} == --venv ]]; then
 	echo "$venv"
 	exit 0
 fi
-[[ $(id -u) -eq 0 ]] || die "needs root (forge creates sandboxes)"
-[[ -x $forge ]] || die "$forge missing (make build)"
 
 images=$("$forge" --state-dir "$state" image list 2>&1) || die "forge image list: $images"
 grep -q 'forge/python:3.11' <<<"$images" || die "forge/python:3.11 is not in $state: run make test-images"
 
-work=$(mktemp -d)
-pid=
-cleanup() {
-	if [[ -n $pid ]]; then
-		kill -TERM "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-mktoken() { printf 'forge_as_%s_%s' "$1" "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"; }
-key_a=$(mktoken a)
-key_b=$(mktoken b)
-hash() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
+key_a=$(mktoken as_a)
+key_b=$(mktoken as_b)
 max_file=1048576
 cat >"$work/forge.yaml" <<YAML
 state_dir: $state
@@ -86,24 +56,7 @@ volumes:
 agent_sandbox:
   enabled: true
 YAML
-"$forge" --log-level info serve --config "$work/forge.yaml" --http 127.0.0.1:0 2>"$work/serve.log" &
-pid=$!
-url=
-for _ in $(seq 300); do
-	url=$(grep -o 'url=http://[^ ]*' "$work/serve.log" | head -1 | cut -d= -f2 || true)
-	[[ -n $url ]] && break
-	kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" >&2; die "forge serve exited"; }
-	sleep 0.1
-done
-[[ -n $url ]] || { cat "$work/serve.log" >&2; die "forge serve did not report its URL"; }
-base=${url%/mcp}
-for _ in $(seq 300); do
-	curl -fsS -H "Authorization: Bearer $key_a" "$base/agent-sandbox/" >/dev/null 2>&1 && break
-	kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" >&2; die "forge serve exited"; }
-	sleep 0.2
-done
-curl -fsS -H "Authorization: Bearer $key_a" "$base/agent-sandbox/" >/dev/null || { cat "$work/serve.log" >&2; die "the agent-sandbox face did not answer in 60 s"; }
-log "forge serve at $base (log: $work/serve.log)"
+serve_forge "$work/forge.yaml" /agent-sandbox/ "$key_a"
 
 export FORGE_AS_URL=$base/agent-sandbox FORGE_AS_TOKEN=$key_a FORGE_AS_TOKEN_B=$key_b FORGE_AS_MAX_FILE_SIZE=$max_file
 export PYTHONDONTWRITEBYTECODE=1

@@ -22,12 +22,9 @@
 #   FORGE_TEST_E2B_SUITES       which of py, js run (default "py js")
 #   PYTHON                 the Python that makes the venv (default python3)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+name=test-e2b
+source "$(dirname "$0")/lib-serve.sh"
 suite=$root/test/e2b
-forge=${FORGE_BIN:-$root/bin/forge}
-state=${FORGE_TEST_STATE_DIR:-/var/lib/forge-test}
-cache=${FORGE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/forge}
-py=${PYTHON:-python3}
 bench=${FORGE_TEST_E2B_BENCH:-0}
 tests=1
 args=()
@@ -39,24 +36,8 @@ for a in "$@"; do
 	esac
 done
 
-log() { printf '\n== %s\n' "$*" >&2; }
-die() { printf 'test-e2b: %s\n' "$*" >&2; exit 1; }
-
-[[ $(id -u) -eq 0 ]] || die "needs root (forge creates sandboxes)"
-[[ -x $forge ]] || die "$forge missing (make build)"
-command -v "$py" >/dev/null || die "$py not found"
 command -v node >/dev/null && command -v npm >/dev/null || die "needs node (>= 20) and npm on PATH"
-
-# The venv: named by the Python version and the hash of requirements.txt, so a
-# bump of a pinned SDK makes a fresh one.
-req=$suite/requirements.txt
-venv=$cache/e2b-venv-$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-$(sha256sum "$req" | cut -c1-12)
-if ! "$venv/bin/python" -c 'import e2b, e2b_code_interpreter, pytest, pytest_asyncio' 2>/dev/null; then
-	log "installing the pinned E2B SDKs into $venv"
-	rm -rf "$venv"
-	"$py" -m venv "$venv"
-	"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req"
-fi
+venv=$(pinned_venv e2b "$suite/requirements.txt" 'import e2b, e2b_code_interpreter, pytest, pytest_asyncio')
 vpy=$venv/bin/python
 log "npm ci (test/e2b)"
 (cd "$suite" && npm ci --no-audit --no-fund --loglevel=error)
@@ -67,23 +48,9 @@ images=$("$forge" --state-dir "$state" image list 2>&1) || die "forge image list
 grep -q 'forge/python-data' <<<"$images" ||
 	die "forge/python-data is not in $state: run make test-images"
 
-work=$(mktemp -d)
-pid=
-cleanup() {
-	if [[ -n $pid ]]; then
-		kill -TERM "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
-	rm -rf "$work"
-}
-trap cleanup EXIT
-
-# Two tenants, by sha256 of their tokens, so the shared state dir gets no
-# tokens.json. Their sandboxes are theirs alone (test_tenant_isolation).
-mktoken() { printf 'forge_e2b_%s_%s' "$1" "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"; }
-key_a=$(mktoken a)
-key_b=$(mktoken b)
-hash() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
+# Two tenants. Their sandboxes are theirs alone (test_tenant_isolation).
+key_a=$(mktoken e2b_a)
+key_b=$(mktoken e2b_b)
 max_file=1048576
 cat >"$work/forge.yaml" <<YAML
 state_dir: $state
@@ -99,28 +66,8 @@ sessions:
 volumes:
   max_file_size: $max_file
 YAML
-"$forge" --log-level info serve --config "$work/forge.yaml" --http 127.0.0.1:0 2>"$work/serve.log" &
-pid=$!
-url=
-for _ in $(seq 300); do
-	url=$(grep -o 'url=http://[^ ]*' "$work/serve.log" | head -1 | cut -d= -f2 || true)
-	[[ -n $url ]] && break
-	kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" >&2; die "forge serve exited"; }
-	sleep 0.1
-done
-[[ -n $url ]] || { cat "$work/serve.log" >&2; die "forge serve did not report its URL"; }
-base=${url%/mcp}
-# Serving once an authenticated request answers. Not /readyz: with tenant
-# tokens the warm pools are per tenant (sandbox.zygote_per_tenant) and fill on
-# a tenant's first use, so /readyz waits for a pool nobody has used yet; the
-# E2B face waits for the engine to open by itself.
-for _ in $(seq 300); do
-	curl -fsS -H "Authorization: Bearer $key_a" "$base/api/v1/version" >/dev/null 2>&1 && break
-	kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" >&2; die "forge serve exited"; }
-	sleep 0.2
-done
-curl -fsS -H "Authorization: Bearer $key_a" "$base/api/v1/version" >/dev/null || { cat "$work/serve.log" >&2; die "forge did not answer in 60 s"; }
-log "forge serve at $base (log: $work/serve.log)"
+# The E2B face waits for the engine to open by itself.
+serve_forge "$work/forge.yaml" /api/v1/version "$key_a"
 
 # What the SDKs read: the two URLs and the key. The rest is the suites' own.
 export E2B_API_URL=$base E2B_SANDBOX_URL=$base E2B_API_KEY=$key_a
