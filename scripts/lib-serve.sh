@@ -36,6 +36,15 @@ pinned_venv() {
 mktoken() { printf 'forge_%s_%s' "$1" "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"; }
 hash() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
 
+# need_image NAME fails unless forge is built and its test state dir holds
+# the image NAME (make test-images imports them).
+need_image() {
+	[[ -f $forge && -x $forge ]] || die "$forge missing (make build)"
+	local images
+	images=$("$forge" --state-dir "$state" image list 2>&1) || die "forge image list: $images"
+	grep -qF "$1" <<<"$images" || die "$1 is not in $state: run make test-images"
+}
+
 work=$(mktemp -d)
 pid=
 cleanup() {
@@ -54,7 +63,6 @@ trap cleanup EXIT
 # tenant's first use, so /readyz would wait for a pool nobody has used yet.
 serve_forge() {
 	[[ $(id -u) -eq 0 ]] || die "needs root (forge creates sandboxes)"
-	[[ -x $forge ]] || die "$forge missing (make build)"
 	"$forge" --log-level info serve --config "$1" --http 127.0.0.1:0 2>"$work/serve.log" &
 	pid=$!
 	local url= i

@@ -34,8 +34,7 @@ if [[ ${1:-} == --venv ]]; then
 	exit 0
 fi
 
-images=$("$forge" --state-dir "$state" image list 2>&1) || die "forge image list: $images"
-grep -q 'forge/python:3.11' <<<"$images" || die "forge/python:3.11 is not in $state: run make test-images"
+need_image forge/python:3.11
 
 key_a=$(mktoken as_a)
 key_b=$(mktoken as_b)

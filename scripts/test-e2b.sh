@@ -42,11 +42,8 @@ vpy=$venv/bin/python
 log "npm ci (test/e2b)"
 (cd "$suite" && npm ci --no-audit --no-fund --loglevel=error)
 
-# Images: the test state dir has them (make test-images); the default
-# template is the data image (matplotlib), so check it is there.
-images=$("$forge" --state-dir "$state" image list 2>&1) || die "forge image list: $images"
-grep -q 'forge/python-data' <<<"$images" ||
-	die "forge/python-data is not in $state: run make test-images"
+# The default template is the data image (matplotlib).
+need_image forge/python-data
 
 # Two tenants. Their sandboxes are theirs alone (test_tenant_isolation).
 key_a=$(mktoken e2b_a)
