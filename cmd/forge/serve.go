@@ -152,6 +152,10 @@ func cmdServe(ctx context.Context, g *globals, args []string) error {
 			return nil, err
 		}
 		met.SetSource(eng)
+		// At the stop signal, no sandbox stays frozen: a kill that comes
+		// before the shutdown ends (kubectl delete --force: 2 s) must find
+		// none it cannot end (sandbox.Runtime.StopFreezing).
+		context.AfterFunc(ctx, eng.Runtime().StopFreezing)
 		eng.Prewarm() // the pool fills while the client connects
 		deferred.Resolve(eng, nil)
 		return eng, nil

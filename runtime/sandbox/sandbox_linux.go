@@ -14,6 +14,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,6 +94,7 @@ type Runtime struct {
 	budgets    UserLimits       // each sandbox's per-user kernel limits
 	rootless   bool             // forge runs as an ordinary user (internal/rootless)
 	noCgroups  bool             // rootless without a cgroup of its own: rlimits, no freezer
+	noFreeze   atomic.Bool      // StopFreezing was called: pauses leave sandboxes running
 	delegated  Delegation       // rootless in this delegated cgroup v2 subtree (delegate_linux.go)
 	procRoot   string
 	nested     int64 // Budget.NestedNamespaces
@@ -956,9 +958,10 @@ func (s *Sandbox) Pause() error {
 	if s.paused {
 		return nil
 	}
-	if s.rt.noCgroups {
-		// No freezer: an idle agent blocks on its pipe; threads user
-		// code left running carry on (forge doctor says so).
+	if s.rt.noCgroups || s.rt.noFreeze.Load() {
+		// No freezer (or forge is stopping: StopFreezing): an idle agent
+		// blocks on its pipe; threads user code left running carry on
+		// (forge doctor says so).
 		s.paused = true
 		return nil
 	}
@@ -1010,17 +1013,48 @@ func (s *Sandbox) Resume() error {
 		s.paused = false
 		return nil
 	}
-	var err error
-	if s.child != nil {
-		err = s.child.setFreezer(occgroups.Thawed)
-	} else {
-		err = s.c.Resume()
-	}
-	if err != nil {
+	if err := s.thawLocked(); err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", s.id, err)
 	}
 	s.paused = false
 	return nil
+}
+
+// thawLocked thaws the sandbox's cgroup if it is frozen (s.mu held).
+func (s *Sandbox) thawLocked() error {
+	if s.child != nil {
+		return s.child.setFreezer(occgroups.Thawed)
+	}
+	if err := s.c.Resume(); err != nil && !errors.Is(err, libcontainer.ErrNotPaused) {
+		return err // not paused: a pause left it running (StopFreezing)
+	}
+	return nil
+}
+
+// StopFreezing thaws every paused sandbox and makes later pauses leave
+// sandboxes running: forge is stopping. A frozen task cannot die on cgroup
+// v1, so a forge killed (SIGKILL) while a sandbox of its is frozen would
+// leave that sandbox alive and, as pid 1 of a container, its own exit hung
+// on it (a pod stuck Terminating: `kubectl delete --force` sends SIGKILL 2 s
+// after SIGTERM). forge serve calls it at its first SIGTERM, before any step
+// that may outlast a kill's grace. Paused sandboxes stay paused to their
+// owners (Resume is then a no-op); only their cgroups are thawed.
+func (r *Runtime) StopFreezing() {
+	if r.noCgroups || r.noFreeze.Swap(true) {
+		return
+	}
+	r.mu.Lock()
+	live := slices.Collect(maps.Values(r.live))
+	r.mu.Unlock()
+	for _, s := range live {
+		s.mu.Lock()
+		if s.paused && !s.destroyed {
+			if err := s.thawLocked(); err != nil {
+				r.log.Warn("thawing a paused sandbox at stop", "sandbox", s.id, "err", err)
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // SetLimits applies new cgroup limits to the running sandbox; the same

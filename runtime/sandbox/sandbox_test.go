@@ -338,6 +338,68 @@ func TestDestroyPaused(t *testing.T) {
 	}
 }
 
+// TestStopFreezing: at forge's stop signal every paused sandbox is thawed
+// and later pauses leave sandboxes running, so that a kill of forge right
+// after (kubectl delete --force: SIGKILL 2 s after SIGTERM) finds no
+// frozen task, which on cgroup v1 cannot die and would hang forge's exit as
+// a container's pid 1. The sandbox stays usable: Resume and Exec work.
+func TestStopFreezing(t *testing.T) {
+	rt, root := setup(t)
+	ctx := context.Background()
+	sb, err := rt.Start(ctx, sandbox.Config{Rootfs: root, Limits: defaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Destroy() })
+	r, err := sb.Exec(ctx, "import subprocess\nsubprocess.Popen(['sleep', '600']).pid", sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if err != nil || r.Error != nil {
+		t.Fatalf("starting a background process: %v %+v", err, r)
+	}
+	if err := sb.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if frozen(t, sb) != true {
+		t.Fatal("a paused sandbox's cgroup is not frozen: the test tests nothing")
+	}
+	rt.StopFreezing()
+	if frozen(t, sb) {
+		t.Fatal("after StopFreezing the paused sandbox's cgroup is still frozen")
+	}
+	if err := sb.Resume(); err != nil {
+		t.Fatalf("Resume after StopFreezing: %v", err)
+	}
+	if err := sb.Pause(); err != nil {
+		t.Fatalf("Pause after StopFreezing: %v", err)
+	}
+	if frozen(t, sb) {
+		t.Fatal("a Pause after StopFreezing froze the sandbox")
+	}
+	if err := sb.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := sb.Exec(ctx, "1 + 1", sandbox.ExecOptions{Timeout: 10 * time.Second}); err != nil || r.Error != nil || num(r.Result) != 2 {
+		t.Fatalf("a call after StopFreezing: %v %+v", err, r)
+	}
+}
+
+// frozen reads whether sb's cgroup is frozen (freezer.state on v1,
+// cgroup.freeze on v2).
+func frozen(t *testing.T, sb *sandbox.Sandbox) bool {
+	t.Helper()
+	if unified() {
+		b, err := os.ReadFile(sandboxCgroupDir(sb.ID()) + "/cgroup.freeze")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b)) == "1"
+	}
+	b, err := os.ReadFile("/sys/fs/cgroup/freezer/forge/" + sb.ID() + "/freezer.state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b)) != "THAWED"
+}
+
 func TestWorkspaceFiles(t *testing.T) {
 	ctx := context.Background()
 	sb := start(t, sandbox.Config{Limits: defaultLimits})
