@@ -5,6 +5,7 @@
 # chains and the egress rule, kbr0, the pods' netns, the kubepods cgroups and
 # the sysctls the node changed. Nothing up is fine: it only cleans.
 source "$(dirname "$0")/lib.sh"
+shopt -s globstar nullglob
 [[ $(id -u) -eq 0 ]] || die "needs root"
 [[ -d $D ]] || {
 	log "nothing up ($D does not exist)"
@@ -27,10 +28,17 @@ stop kube-proxy
 
 # 2. Whatever still runs in containerd, then the shims of this socket (found
 #    by their --address argument, so another containerd's are left alone).
+#    On cgroup v1 a task frozen in a nested freezer cgroup of a pod (the
+#    sandboxes of a forge killed while they were paused) takes no SIGKILL
+#    and would hold its container, and `ctr tasks delete`, forever: thaw
+#    them first.
+for f in /sys/fs/cgroup/freezer/kubepods*/**/freezer.state; do
+	[[ -f $f && $(<"$f") != THAWED ]] && { echo THAWED >"$f"; } 2>/dev/null || true
+done
 if alive containerd; then
 	for id in $(ctr tasks ls -q 2>/dev/null); do
-		ctr tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
-		ctr tasks delete -f "$id" >/dev/null 2>&1 || true
+		timeout 30 ctr tasks kill -s SIGKILL "$id" >/dev/null 2>&1 || true
+		timeout 30 ctr tasks delete -f "$id" >/dev/null 2>&1 || true
 	done
 fi
 stop containerd 15
