@@ -124,7 +124,14 @@ func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if _, err := c.Run(ctx, "", "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=150s"); err != nil {
-		t.Errorf("deleting namespace %s: %v", ns, err)
+		// What is left, and why: the namespace's conditions name what
+		// it waits for; a pod's last lines say what its forge was doing.
+		dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer dcancel()
+		left, _ := c.Run(dctx, "", "get", "pods,pvc", "-n", ns, "-o", "wide")
+		conds, _ := c.Run(dctx, "", "get", "namespace", ns, "-o", "jsonpath={.status.conditions}")
+		logs, _ := c.Run(dctx, "", "logs", "-n", ns, "--all-containers", "--prefix", "--tail=15", "-l", "app.kubernetes.io/name=forge")
+		t.Errorf("deleting namespace %s: %v\nleft:\n%s\nconditions: %s\nlogs:\n%s", ns, err, left, conds, logs)
 	}
 }
 
