@@ -17,7 +17,7 @@ import (
 // key: a template forks only children of one tools snapshot (and tenant),
 // and a new snapshot gets a new template (RetireBinds retires the old one).
 // Nothing of the tools module runs in the template: the child imports it,
-// as a sandbox, after every step of its fork (docs/sandbox.md).
+// as a sandbox, after every step of its fork (docs/zygote.md, "Per-tenant and hosted-tools templates").
 
 // MaxDerivedBindsTemplates caps the derived bound of binds templates
 // (bindsBound): each holds a Python (about a sandbox's memory), idle or not.

@@ -544,7 +544,7 @@ func (t *template) release(slot int) {
 // since that the child still shares. The host moves the child into its own
 // cgroup only after that (cgroup v2 moves no charges, and v1's
 // move_charge_at_immigrate is deprecated and moves no kernel memory), and
-// the charges go with the child's exit. docs/sandbox.md has the
+// the charges go with the child's exit. docs/bench-log.md has the
 // measurement.
 const ZygoteChildCharge = 4 << 20
 
