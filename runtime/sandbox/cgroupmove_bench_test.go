@@ -21,7 +21,7 @@ import (
 // is moved into the cgroup it is already in every 10 ms (zygote mode's
 // no-op beat, moveBeat). move-ms and beat-move-ms are medians of the same
 // run; ratio is move / beat-move, what the beat saves a fork. clone3 with
-// CLONE_INTO_CGROUP would save the whole move (docs/sandbox.md).
+// CLONE_INTO_CGROUP would save the whole move (docs/bench-log.md).
 func BenchmarkCgroupMove(b *testing.B) {
 	testutil.RequiresRoot(b)
 	base := "/sys/fs/cgroup/pids"
