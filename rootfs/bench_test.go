@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // BenchmarkImportPresent: Pull of an image that is already in the store.
@@ -58,9 +60,7 @@ func BenchmarkAcquireShared(b *testing.B) {
 // BenchmarkOverlayMountFloor: a hand-made read-only overlay mount and
 // unmount of two plain directories, the floor for AcquireRelease.
 func BenchmarkOverlayMountFloor(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testutil.RequiresRoot(b)
 	dir := b.TempDir()
 	lower1, lower2, mnt := filepath.Join(dir, "l1"), filepath.Join(dir, "l2"), filepath.Join(dir, "mnt")
 	for _, d := range []string{lower1, lower2, mnt} {

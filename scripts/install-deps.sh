@@ -10,6 +10,9 @@ pkgs+=(chromium)
 # make k8s-up / test-k8s (scripts/k8s): the node's container runtime, CNI
 # plugins and what kube-proxy drives; Kubernetes itself is built (kbin).
 pkgs+=(containerd runc containernetworking-plugins iptables conntrack openssl curl)
+# runtime/kernel's agent tests run the agent on the host's /usr/bin/python3;
+# TestInspectNumpy needs numpy there.
+pkgs+=(python3-numpy)
 # forge_tools' tests (make test-sdk) make a venv when pytest or pydantic is missing.
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
 	pkgs+=(python3-venv python3-pip)

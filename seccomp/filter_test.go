@@ -19,6 +19,8 @@ import (
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // childEnv makes the re-executed test binary a seccomp probe (see TestMain).
@@ -191,9 +193,8 @@ func TestRealDeal(t *testing.T) {
 // subprocess, fork, memfd_create and sockets must work; ptrace and
 // unshare through ctypes must not.
 func TestPython(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 not on PATH")
-	}
+	_, err := exec.LookPath("python3")
+	testutil.Require(t, err == nil, "python3 not on PATH")
 	out := runChild(t, "python")
 	if strings.TrimSpace(out) != "ok" {
 		t.Errorf("python under the filter printed %q, want ok", out)

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 const hostPython = "/usr/bin/python3"
@@ -50,9 +52,8 @@ func startAgentWith(tb testing.TB, attr *syscall.SysProcAttr) *agent {
 // test ends.
 func spawnAgent(tb testing.TB, attr *syscall.SysProcAttr) (cmd *exec.Cmd, requests, replies *os.File) {
 	tb.Helper()
-	if _, err := os.Stat(hostPython); err != nil {
-		tb.Skipf("needs %s: %v", hostPython, err)
-	}
+	_, err := os.Stat(hostPython)
+	testutil.Require(tb, err == nil, fmt.Sprintf("needs %s: %v", hostPython, err))
 	dir := tb.TempDir()
 	path := filepath.Join(dir, AgentFileName)
 	if err := os.WriteFile(path, AgentSource, 0o444); err != nil {
@@ -316,9 +317,7 @@ func TestInterrupt(t *testing.T) {
 // TestAgentAsInit runs the agent as pid 1 of a new pid namespace, as in a sandbox: orphans must
 // be reaped and a SIGINT to pid 1 must reach the agent.
 func TestAgentAsInit(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a new pid namespace")
-	}
+	testutil.Require(t, os.Geteuid() == 0, "needs root for a new pid namespace")
 	a := startAgentWith(t, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID})
 	h, _ := a.c.Hello(context.Background())
 	if h.PID != 2 {
@@ -429,9 +428,8 @@ func TestInspect(t *testing.T) {
 }
 
 func TestInspectNumpy(t *testing.T) {
-	if exec.Command(hostPython, "-I", "-c", "import numpy").Run() != nil {
-		t.Skip("numpy is not importable by the host's python3")
-	}
+	testutil.Require(t, exec.Command(hostPython, "-I", "-c", "import numpy").Run() == nil,
+		"numpy is not importable by the host's python3 (apt-get install python3-numpy)")
 	a := startAgent(t)
 	a.exec(t, "import numpy as np\narr = np.zeros((3, 4))")
 	vars, err := a.c.Inspect(context.Background())
