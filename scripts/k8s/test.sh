@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test.sh (make test-k8s): bring the test cluster up, run test/k8s (go test
-# -tags k8s) against it, and tear it down whatever happened. TEST_K8S_TAGS=k8s_replicas adds TestReplicas; TEST_K8S_RUN=REGEX
+# -tags k8s) against it, and tear it down whatever happened. TEST_K8S_TAGS adds build tags; TEST_K8S_RUN=REGEX
 # picks tests; FORGE_K8S_KEEP=1 leaves the cluster up afterwards.
 source "$(dirname "$0")/lib.sh"
 t0=$SECONDS

@@ -121,8 +121,16 @@ func (c *Cluster) applyOverlay(t *testing.T, dir, namespace string, pvs int) {
 }
 
 func (c *Cluster) deleteNamespace(t testing.TB, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// The workloads first, waiting for their pods to end: a namespace
+	// deleted while pods still terminate is requeued by the namespace
+	// controller after their grace period (forge's: 600 s), so the rest of
+	// its content would wait that long.
+	if _, err := c.Run(ctx, "", "delete", "statefulsets,deployments,pods", "--all", "-n", ns, "--ignore-not-found",
+		"--cascade=foreground", "--wait=true", "--timeout=120s"); err != nil {
+		t.Errorf("deleting the workloads of namespace %s: %v", ns, err)
+	}
 	if _, err := c.Run(ctx, "", "delete", "namespace", ns, "--ignore-not-found", "--wait=true", "--timeout=150s"); err != nil {
 		// What is left, and why: the namespace's conditions name what
 		// it waits for; a pod's last lines say what its forge was doing.

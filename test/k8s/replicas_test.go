@@ -1,4 +1,4 @@
-//go:build k8s && k8s_replicas
+//go:build k8s
 
 package k8s
 
