@@ -260,7 +260,7 @@ func TestStdinEOFDrains(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
 		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute_python","arguments":{"code":"import time\ntime.sleep(1)\nprint('done')"}}}`,
-	}, "\n")+"\n"), &syncBuffer{}
+	}, "\n")+"\n"), &testutil.LogBuffer{}
 	start := time.Now()
 	if err := s.ServeStdio(t.Context(), in, out); err != nil {
 		t.Fatal(err)
@@ -292,7 +292,7 @@ func TestShutdownKillsAfterGrace(t *testing.T) {
 	s := New(eng, Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
-	out := &syncBuffer{}
+	out := &testutil.LogBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- s.ServeStdio(ctx, pr, out) }()
 	fmt.Fprintln(pw, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
@@ -316,23 +316,6 @@ func TestShutdownKillsAfterGrace(t *testing.T) {
 		t.Errorf("the killed call got no reply; output:\n%s", out)
 	}
 	pw.Close()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestHTTPReal(t *testing.T) {

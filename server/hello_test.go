@@ -16,6 +16,7 @@ import (
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/server/hello"
 	"github.com/mcp-forge/forge/server/hello/wire"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // serverReply is the line ServeStdio writes for one request line.
@@ -23,7 +24,7 @@ func serverReply(t *testing.T, cfg *profiles.Config, version, line string) strin
 	t.Helper()
 	e := newStub()
 	e.cfg = cfg
-	out := &syncBuffer{}
+	out := &testutil.LogBuffer{}
 	if err := New(e, Options{Version: version}).ServeStdio(t.Context(), strings.NewReader(line+"\n"), out); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestServeStdioPrelude(t *testing.T) {
 			var logs bytes.Buffer
 			e := newStub()
 			s := New(e, Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-			out := &syncBuffer{}
+			out := &testutil.LogBuffer{}
 			in := &prelude{Reader: strings.NewReader(next), req: []byte(line), reply: c.sent}
 			if err := s.ServeStdio(context.Background(), in, out); err != nil {
 				t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // rpcCase is one raw JSON-RPC message and how forge must answer it on
@@ -88,7 +90,7 @@ func (tc rpcCase) check(t *testing.T, replies []rpcReply) {
 func TestJSONRPCStdio(t *testing.T) {
 	for _, tc := range rpcCases {
 		t.Run(tc.name, func(t *testing.T) {
-			out := &syncBuffer{}
+			out := &testutil.LogBuffer{}
 			if err := New(newStub(), Options{}).ServeStdio(t.Context(), strings.NewReader(tc.line+"\n"), out); err != nil {
 				t.Fatalf("ServeStdio: %v", err)
 			}

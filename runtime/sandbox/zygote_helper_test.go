@@ -1,14 +1,12 @@
 package sandbox_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/mcp-forge/forge/runtime/kernel"
@@ -16,24 +14,6 @@ import (
 	"github.com/mcp-forge/forge/test/testenv"
 	"github.com/mcp-forge/forge/test/testutil"
 )
-
-// lockedBuffer is a log destination that sandboxes' goroutines write to at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestZygoteWithoutHelper: the C helper (zfork.so) is the one way a
 // template makes a child. In a forge built without it (plain go build) the
@@ -43,7 +23,7 @@ func (l *lockedBuffer) String() string {
 // is tried again.
 func TestZygoteWithoutHelper(t *testing.T) {
 	_, root := testenv.Runtime(t)
-	logs := &lockedBuffer{}
+	logs := &testutil.LogBuffer{}
 	opts := sandbox.Options{StateDir: testutil.StateDirPath(), Mode: sandbox.ModeZygote,
 		Zygote: sandbox.ZygoteOptions{Slots: 2, Templates: 1},
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}

@@ -175,7 +175,7 @@ func systemdScope(t *testing.T, u *user, dir string) {
 	sd.Dir, sd.Env = u.home, append(u.env(), env...)
 	sd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.uid), Gid: uint32(u.gid), Groups: []uint32{}},
 		UseCgroupFD: true, CgroupFD: int(cg.Fd())}
-	var sdLog syncBuffer
+	sdLog := testutil.LogBuffer{Max: 1 << 20}
 	sd.Stdout, sd.Stderr = &sdLog, &sdLog
 	if err := sd.Start(); err != nil {
 		t.Fatal(err)
@@ -248,7 +248,7 @@ func systemdScope(t *testing.T, u *user, dir string) {
 }
 
 // waitSocket waits until the manager listens at p.
-func waitSocket(t *testing.T, p string, exited <-chan error, log *syncBuffer) {
+func waitSocket(t *testing.T, p string, exited <-chan error, log *testutil.LogBuffer) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -310,7 +309,7 @@ func (u *user) serve(t *testing.T, cfg string) (*client.Client, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	stderr := testutil.LogBuffer{Max: 1 << 20}
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -349,27 +348,6 @@ func (u *user) serve(t *testing.T, cfg string) (*client.Client, func()) {
 		t.Fatalf("initialize: %v; stderr:\n%s", err, stderr.String())
 	}
 	return c, stop
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine of exec.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.b.Len() > 1<<20 {
-		return len(p), nil
-	}
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func call(t *testing.T, c *client.Client, name string, args map[string]any) map[string]any {

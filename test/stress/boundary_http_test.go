@@ -28,7 +28,7 @@ type httpServe struct {
 	base   string
 	token  string // "" when forge made none
 	file   string // the local token's file
-	stderr *logBuffer
+	stderr *testutil.LogBuffer
 	exited chan struct{}
 }
 
@@ -43,7 +43,7 @@ var (
 func startHTTPServe(t *testing.T, state string, args ...string) *httpServe {
 	t.Helper()
 	argv := append([]string{"--state-dir", state, "--log-level", "info", "serve", "--http", "127.0.0.1:0"}, args...)
-	s := &httpServe{cmd: exec.Command(forgeBin(t), argv...), stderr: &logBuffer{}, exited: make(chan struct{})}
+	s := &httpServe{cmd: exec.Command(forgeBin(t), argv...), stderr: &testutil.LogBuffer{}, exited: make(chan struct{})}
 	s.cmd.Stderr = s.stderr
 	// Stopped with the test binary too, when it dies before its cleanup
 	// (a pipe closed under go test): an orphaned forge's sandboxes hold

@@ -9,7 +9,6 @@
 package stress
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -109,30 +108,11 @@ func mountsUnder(dir string) []string {
 	return out
 }
 
-// logBuffer collects an engine's log lines, so a test can wait for a
-// warning that is logged, not returned (the idle reaper's).
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // engineAt starts an engine on state (the base image must be there),
 // configured by mutate, logging into the returned buffer. Unless the test
 // closed it itself (closeEngine), it is closed when the test ends; either
 // way the test fails if the engine left anything behind.
-func engineAt(t *testing.T, state string, mutate func(*profiles.Config)) (*engine.Engine, *logBuffer) {
+func engineAt(t *testing.T, state string, mutate func(*profiles.Config)) (*engine.Engine, *testutil.LogBuffer) {
 	t.Helper()
 	cfg := profiles.Default()
 	cfg.StateDir = state
@@ -140,7 +120,7 @@ func engineAt(t *testing.T, state string, mutate func(*profiles.Config)) (*engin
 	if mutate != nil {
 		mutate(cfg)
 	}
-	logs := &logBuffer{}
+	logs := &testutil.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	eng, err := engine.New(context.Background(), engine.Options{Config: cfg, Logger: log})
 	if err != nil {

@@ -38,7 +38,7 @@ type serveProc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stderr *logBuffer
+	stderr *testutil.LogBuffer
 	exited chan struct{}
 	err    error // of cmd.Wait, once exited is closed
 
@@ -60,7 +60,7 @@ type rpcReply struct {
 func startServe(t *testing.T, state, config string) *serveProc {
 	t.Helper()
 	cmd := exec.Command(forgeBin(t), "--state-dir", state, "--config", config, "--log-level", "debug", "serve")
-	p := &serveProc{t: t, cmd: cmd, stderr: &logBuffer{}, exited: make(chan struct{}), waiting: map[int]chan rpcReply{}}
+	p := &serveProc{t: t, cmd: cmd, stderr: &testutil.LogBuffer{}, exited: make(chan struct{}), waiting: map[int]chan rpcReply{}}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
