@@ -296,8 +296,12 @@ func TestShutdownKillsAfterGrace(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.ServeStdio(ctx, pr, out) }()
 	fmt.Fprintln(pw, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
-	fmt.Fprintln(pw, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"execute_python","arguments":{"code":"import time\nprint('started', flush=True)\ntime.sleep(60)","timeout":120}}}`)
-	time.Sleep(time.Second) // let the code start; a shutdown then must wait for it
+	// The progress token makes the code's "started" come out as a
+	// notification: once it is seen, the code runs and a shutdown must wait.
+	fmt.Fprintln(pw, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"progressToken":"p"},"name":"execute_python","arguments":{"code":"import time\nprint('started', flush=True)\ntime.sleep(60)","timeout":120}}}`)
+	testutil.Eventually(t, 30*time.Second, "the code's started in a progress notification", func() bool {
+		return strings.Contains(out.String(), `"stdout":"started\n"`)
+	})
 	start := time.Now()
 	cancel()
 	select {
