@@ -121,9 +121,7 @@ func TestRefillWaitsForRun(t *testing.T) {
 				NewSession: session, Code: "import time; time.sleep(1)"})
 			done <- err
 		}()
-		for eng.PoolStats()[0].Hits == hits {
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(t, 30*time.Second, "the run's take from the pool", func() bool { return eng.PoolStats()[0].Hits != hits })
 		// The hold lasts 500 ms from the take at most, the run 1 s; a zygote
 		// child or a container would be ready well within the 200 ms looked at.
 		for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {

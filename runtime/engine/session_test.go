@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func call(t *testing.T, eng *engine.Engine, id, code string) *kernel.Result {
@@ -222,14 +224,22 @@ func TestSessionSurvivesRestart(t *testing.T) {
 }
 
 func TestHibernationFailureKeepsSession(t *testing.T) {
-	eng := testenv.Engine(t, false, func(c *profiles.Config) {
+	log := &testutil.LogBuffer{}
+	eng := testenv.EngineWith(t, false, func(c *profiles.Config) {
 		c.Sessions.IdleTimeout = profiles.Duration(200 * time.Millisecond)
 		c.Sessions.Persist = true
-	})
+	}, engine.Options{Logger: slog.New(slog.NewTextHandler(log, nil))})
 	// 100 MB of state cannot be pickled into the 64 MB /tmp: hibernation
 	// fails, and the session must stay live rather than be lost.
 	call(t, eng, "big", "x = bytearray(100 << 20)")
-	time.Sleep(time.Second)
+	testutil.Eventually(t, 30*time.Second, "the idle reaper's failed hibernation of session big in the log", func() bool {
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, `msg="hibernating idle session"`) && strings.Contains(line, " session=big ") {
+				return true
+			}
+		}
+		return false
+	})
 	r := call(t, eng, "big", "len(x)")
 	if fmt.Sprint(r.Result) != "104857600" {
 		t.Errorf("after a failed hibernation: result %v error %+v notes %q", r.Result, r.Error, r.Notes)
