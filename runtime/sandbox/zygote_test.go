@@ -654,14 +654,22 @@ func TestZygoteWriteSet(t *testing.T) {
 		}
 		return n
 	}
-	first := faults(startZygote(t, rt, root))
+	sb := startZygote(t, rt, root)
+	first := faults(sb)
 	if st := rt.ZygoteStats(); st.WriteSets != 1 || st.WriteSetPages < 50 {
 		t.Fatalf("after the first child: stats %+v, want one write set of 50 pages or more", st)
 	}
+	tpl, children := ppid(t, sb.Pid()), map[int]bool{sb.Pid(): true}
 	var got []int
 	for range 3 { // the first spare may have been cloned before the write set came
-		time.Sleep(50 * time.Millisecond) // a template clones its spare once idle for 1 ms
-		got = append(got, faults(startZygote(t, rt, root)))
+		// A template clones its spare once idle for 1 ms; the spare writes
+		// the write set ahead, then waits for its request in recvmsg.
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("template %d's spare waiting for its request", tpl), func() bool {
+			return spareWaiting(tpl, children)
+		})
+		child := startZygote(t, rt, root)
+		children[child.Pid()] = true
+		got = append(got, faults(child))
 	}
 	if st := rt.ZygoteStats(); st.SpareForks != 3 {
 		t.Fatalf("stats %+v, want 3 children from spares", st)
@@ -670,6 +678,27 @@ func TestZygoteWriteSet(t *testing.T) {
 		t.Errorf("an agent of a spare made after the write set faulted %d times on its way to hello (all: %v), the first child's %d: want under half", last, got, first)
 	}
 	t.Logf("faults to hello: first child %d, the next three %v; %+v", first, got, rt.ZygoteStats())
+}
+
+// spareWaiting reports whether template tpl has a child that is none of
+// the sandboxes in children (its spare) and that waits in recvmsg for the
+// request it will serve, done with what it does ahead (zfork.c's
+// spare_start).
+func spareWaiting(tpl int, children map[int]bool) bool {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", tpl))
+	for _, f := range tasks {
+		for _, kid := range strings.Fields(readFile(f)) {
+			pid, err := strconv.Atoi(kid)
+			if err != nil || children[pid] {
+				continue
+			}
+			sc := strings.Fields(readFile(fmt.Sprintf("/proc/%d/syscall", pid)))
+			if len(sc) > 0 && sc[0] == strconv.Itoa(syscall.SYS_RECVMSG) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // memStat reads the keys of a v1 memory.stat (or v2 memory.stat) file.
