@@ -69,7 +69,7 @@ type Engine struct {
 	poolUsed map[string]time.Time  // by poolKey: last Acquire (environments' and tenants' pools shrink to zero when idle)
 	inflight atomic.Int64          // executions in flight
 	bg       sync.WaitGroup        // background destroys
-	grants   sessionGrants
+	grants   grants
 	observer Observer // nil = none
 
 	// perTenant: each tenant's sandboxes come from zygote templates and
@@ -438,21 +438,33 @@ func (e *Engine) execute(ctx context.Context, req Request) (*kernel.Result, erro
 	}
 	setMode(ctx, ModeCold) // unless the pool said warm
 	defer e.destroy(sb)
-	e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), Image: plan.Image})
+	return e.run(ctx, sb, req, plan, plan.Egress, "")
+}
+
+// run is the one way a request's code runs, in a fresh sandbox or in the
+// sandbox of the session named (whose sandbox outlives the call: a timeout
+// then interrupts the code instead of ending it): the code-mode tools, the
+// egress policy pol and the environment are put in place, then the code
+// runs.
+func (e *Engine) run(ctx context.Context, sb *sandbox.Sandbox, req Request, plan Plan, pol egress.Policy, session string) (*kernel.Result, error) {
+	e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), Image: plan.Image,
+		SessionID: session, Principal: req.Principal.Tenant})
 	if len(req.MCPTools) > 0 {
-		g, err := e.grantTools(ctx, sb, req.MCPTools)
-		if err != nil {
+		if err := e.grantTools(ctx, sb, req.MCPTools); err != nil {
 			return nil, err
 		}
-		defer g.Close()
 	}
-	if err := e.setEgress(ctx, sb, plan.Egress, egress.Who{Principal: req.Principal.Tenant, Purpose: "execute"}); err != nil {
+	if err := e.setEgress(ctx, sb, pol, egress.Who{SessionID: session, Principal: req.Principal.Tenant, Purpose: "execute"}); err != nil {
 		return nil, err
 	}
 	if err := setEnv(ctx, sb, req.Env); err != nil {
 		return nil, err
 	}
-	return sb.Exec(ctx, req.Code, sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit), OnOutput: req.onOutput()})
+	opts := sandbox.ExecOptions{Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit), OnOutput: req.onOutput()}
+	if session != "" {
+		opts.KeepAlive, opts.Grace = true, interruptGrace
+	}
+	return sb.Exec(ctx, req.Code, opts)
 }
 
 // acquire returns a running sandbox of plan's image with plan's limits in

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mcp-forge/forge/internal/audit"
-	"github.com/mcp-forge/forge/runtime/egress"
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/runtime/session"
@@ -111,28 +109,12 @@ func (e *Engine) executeSession(ctx context.Context, req Request, plan Plan) (*k
 		if err := sb.SetLimits(plan.Limits); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
-		e.audit.Log(audit.Event{Event: audit.EventContainerStart, Severity: audit.SeverityInfo, SandboxID: sb.ID(), SessionID: id, Principal: req.Principal.Tenant})
-		if len(req.MCPTools) > 0 {
-			if err := e.toolsForSession(ctx, sb, req.MCPTools); err != nil {
-				return err
-			}
-		}
 		pol, stored, err := e.sessionEgress(req, plan, meta.Egress)
 		if err != nil {
 			return err
 		}
-		if err := e.setEgress(ctx, sb, pol, egress.Who{SessionID: id, Principal: req.Principal.Tenant, Purpose: "execute"}); err != nil {
-			return err
-		}
 		meta.Egress = stored
-		if err := setEnv(ctx, sb, req.Env); err != nil {
-			return err
-		}
-		res, err = sb.Exec(ctx, req.Code, sandbox.ExecOptions{
-			Timeout: plan.Timeout, OutputLimit: int(e.cfg.Execution.OutputLimit),
-			KeepAlive: true, Grace: interruptGrace, OnOutput: req.onOutput(),
-		})
-		if err != nil {
+		if res, err = e.run(ctx, sb, req, plan, pol, id); err != nil {
 			return err
 		}
 		if sb.Alive() { // the agent answered: its count is current

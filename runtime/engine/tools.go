@@ -45,9 +45,9 @@ func (e *Engine) newBridgeDir() (string, error) {
 	return dir, os.Chmod(dir, 0o711)
 }
 
-// grantTools opens the sandbox's bridge socket for names and runs the
+// openGrant opens the sandbox's bridge socket for names and runs the
 // prelude that defines them as Python functions and the mcp_tools module.
-func (e *Engine) grantTools(ctx context.Context, sb *sandbox.Sandbox, names []string) (*bridge.Grant, error) {
+func (e *Engine) openGrant(ctx context.Context, sb *sandbox.Sandbox, names []string) (*bridge.Grant, error) {
 	if sb.BridgeDir() == "" {
 		return nil, fmt.Errorf("sandbox %s has no bridge directory", sb.ID())
 	}
@@ -66,25 +66,27 @@ func (e *Engine) grantTools(ctx context.Context, sb *sandbox.Sandbox, names []st
 	return g, nil
 }
 
-// sessionGrants keeps the grant of each session's current sandbox.
-type sessionGrants struct {
+// grants keeps the grant of each sandbox that has one, until the sandbox
+// ends (dropGrant).
+type grants struct {
 	mu sync.Mutex
-	m  map[string]*sessionGrant // by sandbox id
+	m  map[string]*grant // by sandbox id
 }
 
-type sessionGrant struct {
+type grant struct {
 	g     *bridge.Grant
 	names string
 }
 
-// forSession makes names callable in a session's sandbox, reusing the grant
-// of an earlier call when the tools are the same (resetting its per-execution
-// counters) and replacing it when they differ.
-func (e *Engine) toolsForSession(ctx context.Context, sb *sandbox.Sandbox, names []string) error {
+// grantTools makes names callable in sb, reusing the grant of an earlier
+// call in the same sandbox (a session's) when the tools are the same
+// (resetting its per-execution counters) and replacing it when they differ.
+// The grant is closed when the sandbox ends.
+func (e *Engine) grantTools(ctx context.Context, sb *sandbox.Sandbox, names []string) error {
 	key := fmt.Sprint(names)
 	e.grants.mu.Lock()
 	if e.grants.m == nil {
-		e.grants.m = make(map[string]*sessionGrant)
+		e.grants.m = make(map[string]*grant)
 	}
 	old := e.grants.m[sb.ID()]
 	e.grants.mu.Unlock()
@@ -95,14 +97,14 @@ func (e *Engine) toolsForSession(ctx context.Context, sb *sandbox.Sandbox, names
 	if old != nil {
 		old.g.Close()
 	}
-	g, err := e.grantTools(ctx, sb, names)
+	g, err := e.openGrant(ctx, sb, names)
 	e.grants.mu.Lock()
 	defer e.grants.mu.Unlock()
 	if err != nil {
 		delete(e.grants.m, sb.ID())
 		return err
 	}
-	e.grants.m[sb.ID()] = &sessionGrant{g: g, names: key}
+	e.grants.m[sb.ID()] = &grant{g: g, names: key}
 	return nil
 }
 
