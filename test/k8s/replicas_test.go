@@ -172,10 +172,15 @@ func TestReplicas(t *testing.T) {
 			}
 			sids = append(sids, s)
 		}
+		// The overlay's HPA holds the StatefulSet at 3 (min = max = 3): a
+		// `kubectl scale` alone is undone at its next sync (15 s), so the
+		// scale-down goes through the HPA, as it must for an operator.
+		c.K(t, "-n", ns, "patch", "hpa", "forge", "--type=merge", "-p", `{"spec":{"minReplicas":2,"maxReplicas":2}}`)
 		c.K(t, "-n", ns, "scale", "statefulset", "forge", "--replicas=2")
 		eventually(t, 3*time.Minute, "forge-2 to go", func() error {
 			if _, err := c.pod(t, ns, "forge-2"); err == nil {
-				return errors.New("forge-2 still exists")
+				return fmt.Errorf("forge-2 still exists (StatefulSet replicas %s)",
+					strings.TrimSpace(c.K(t, "-n", ns, "get", "statefulset", "forge", "-o", "jsonpath={.spec.replicas}")))
 			}
 			return nil
 		})
