@@ -474,11 +474,22 @@ c`, 10*time.Second, defaultLimits)
 	if r.Result != "/opt/forge/agent/reaper" {
 		t.Errorf("pid 1 is %v, want the static reaper", r.Result)
 	}
-	// Orphans are reaped: a background child's zombie does not stay.
+	// Orphans are reaped: a background child's zombie does not stay. Poll
+	// (5 s at most) until the sleep is gone: a zombie the reaper left stays.
 	r = run(t, `import os, time
+def stats():
+    out = []
+    for p in os.listdir('/proc'):
+        try:
+            out.append(open(f'/proc/{p}/stat').read() if p.isdigit() else '')
+        except FileNotFoundError:
+            pass
+    return [s for s in out if s]
 os.system('sleep 0.1 &')
-time.sleep(0.5)
-[l.split()[2] for l in (open(f'/proc/{p}/stat').read() for p in os.listdir('/proc') if p.isdigit())]`, 10*time.Second, defaultLimits)
+deadline = time.monotonic() + 5
+while any(' (sleep) ' in s for s in stats()) and time.monotonic() < deadline:
+    time.sleep(0.01)
+[s.split()[2] for s in stats()]`, 10*time.Second, defaultLimits)
 	if strings.Contains(fmt.Sprint(r.Result), "Z") {
 		t.Errorf("process states %v: a zombie was not reaped", r.Result)
 	}
