@@ -6,7 +6,7 @@ import "time"
 // on the HTTP listener.
 type E2BConfig struct {
 	Enabled         bool     `yaml:"enabled" doc:"Serve the E2B protocol on the HTTP listener beside /mcp and /api/v1, so that programs written for the E2B SDKs run against forge with E2B_API_URL and E2B_SANDBOX_URL set to the listener's URL and E2B_API_KEY to a forge token (docs/e2b.md). Each E2B sandbox is a session of the token's tenant."`
-	DefaultTemplate string   `yaml:"default_template" doc:"Image (or custom environment name) of the SDKs' own templates, base and code-interpreter-v1. Empty means images.data when that image is present, else images.default. Any other template name is a forge image or custom environment name."`
+	DefaultTemplate string   `yaml:"default_template" doc:"Image (or custom environment name) that the E2B SDKs' own templates (E2B's word for what a sandbox starts from), base and code-interpreter-v1, run. Empty means images.data when that image is present, else images.default. Any other E2B template name is a forge image or custom environment name."`
 	DefaultTimeout  Duration `yaml:"default_timeout" doc:"Lifetime of a sandbox whose create names no timeout; at its end the sandbox (the session) is destroyed. set_timeout moves the end."`
 	MaxTimeout      Duration `yaml:"max_timeout" doc:"Largest timeout create, connect and set_timeout may ask for; at most sessions.max_lifetime, which ends every session anyway."`
 }

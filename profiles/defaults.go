@@ -48,6 +48,7 @@ func (c *Config) Clone() *Config {
 	}
 	d.Images.AllowedPatterns = slices.Clone(c.Images.AllowedPatterns)
 	d.EnvironmentBuilder.AllowedPackages = slices.Clone(c.EnvironmentBuilder.AllowedPackages)
+	d.EnvironmentBuilder.Presets = maps.Clone(c.EnvironmentBuilder.Presets)
 	d.Pool.WarmModules = slices.Clone(c.Pool.WarmModules)
 	d.Pool.WarmModulesData = slices.Clone(c.Pool.WarmModulesData)
 	d.Profiles = maps.Clone(c.Profiles)

@@ -18,8 +18,12 @@ const defaultsGenPath = "defaults_gen.go"
 func decodedDefaults(t *testing.T) *Config {
 	t.Helper()
 	c := &Config{}
-	if err := decodeYAML(c, defaultsYAML, nil); err != nil {
+	warnings, err := decodeYAML(c, defaultsYAML, nil)
+	if err != nil {
 		t.Fatalf("defaults.yaml: %v", err)
+	}
+	if len(warnings) > 0 {
+		t.Fatalf("defaults.yaml uses renamed keys: %v", warnings)
 	}
 	return c
 }

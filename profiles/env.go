@@ -102,9 +102,26 @@ func unknownEnv(name string) error {
 		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
-		path := sec + "." + strings.ToLower(strings.TrimPrefix(name, prefix))
+		key := strings.ToLower(strings.TrimPrefix(name, prefix))
+		path := sec + "." + key
 		if f.Type.Kind() == reflect.Map {
 			return &FieldError{Path: sec, Env: name, Err: fmt.Errorf("%w: %s cannot be set from the environment; use the config file (with ${VAR} for secrets)", ErrUnknownField, sec)}
+		}
+		// A renamed field's old variable names the new one, as its old key
+		// in the file does.
+		to, renamedField := renamed[path]
+		if renamedField {
+			path, key = sec+"."+to, to
+			if _, ok := envSettings()[EnvVar(path)]; ok {
+				return &FieldError{Path: path, Env: name, Err: fmt.Errorf("%w: renamed %s: set %s", ErrUnknownField, path, EnvVar(path))}
+			}
+		}
+		if i := fieldIndex(f.Type, key); i >= 0 && f.Type.Field(i).Type.Kind() == reflect.Map {
+			msg := path + " cannot be set from the environment"
+			if renamedField {
+				msg = "renamed " + path + ", which cannot be set from the environment either"
+			}
+			return &FieldError{Path: path, Env: name, Err: fmt.Errorf("%w: %s; use the config file", ErrUnknownField, msg)}
 		}
 		return &FieldError{Path: path, Env: name, Err: ErrUnknownField}
 	}

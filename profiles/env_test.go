@@ -57,6 +57,8 @@ func TestApplyEnvErrors(t *testing.T) {
 		{"FORGE_EXECUTION_TIMEOT=5", ErrUnknownField, "FORGE_EXECUTION_TIMEOT (execution.timeot): unknown field"},
 		{"FORGE_MCP_TOOLS_GH_COMMAND=x", ErrUnknownField, "FORGE_MCP_TOOLS_GH_COMMAND (mcp_tools):"},
 		{"FORGE_PROFILES_X_MEMORY=1g", ErrUnknownField, "FORGE_PROFILES_X_MEMORY (profiles):"},
+		{"FORGE_ENVIRONMENT_BUILDER_PRESETS=x", ErrUnknownField, "FORGE_ENVIRONMENT_BUILDER_PRESETS (environment_builder.presets): unknown field: environment_builder.presets cannot be set from the environment"},
+		{"FORGE_ENVIRONMENT_BUILDER_TEMPLATES=x", ErrUnknownField, "FORGE_ENVIRONMENT_BUILDER_TEMPLATES (environment_builder.presets): unknown field: renamed environment_builder.presets, which cannot be set from the environment either"},
 	}
 	for _, tt := range tests {
 		err := ApplyEnv(Default(), []string{tt.kv})

@@ -26,21 +26,30 @@ const maxNodes = 100_000
 // Load returns the configuration in effect: the embedded defaults, overlaid by
 // the file at path (none when path is ""), overlaid by FORGE_* environment
 // variables, with state_dir derived when unset, and validated. ${VAR}
-// references in the file are resolved from the process environment.
-func Load(path string) (*Config, error) { return LoadFor(path, os.Geteuid()) }
+// references in the file are resolved from the process environment. A key
+// forge renamed still applies, without a warning (see LoadFor).
+func Load(path string) (*Config, error) { return LoadFor(path, os.Geteuid(), nil) }
 
 // LoadFor is Load for the user uid: its state_dir default is root's or that
 // user's. Rootless forge passes the real user's uid (it runs as root of its
 // own user namespace), which profiles, pure data, does not look up itself.
-func LoadFor(path string, uid int) (*Config, error) {
+// warn, when not nil, gets one message for each key of the file that forge
+// renamed (still honoured under its old name for now), naming the new key.
+func LoadFor(path string, uid int, warn func(msg string)) (*Config, error) {
 	c := Default()
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("reading config: %w", err)
 		}
-		if c, err = Parse(data, os.LookupEnv); err != nil {
+		var warnings []string
+		if c, warnings, err = parse(data, os.LookupEnv); err != nil {
 			return nil, fmt.Errorf("config %s:\n%w", path, err)
+		}
+		if warn != nil {
+			for _, w := range warnings {
+				warn(fmt.Sprintf("config %s: %s", path, w))
+			}
 		}
 	}
 	if err := ApplyEnv(c, os.Environ()); err != nil {
@@ -86,16 +95,25 @@ func DefaultStateDir(euid int, getenv func(string) string) string {
 //
 // Unknown keys and values of the wrong type are errors naming the field path.
 // A null value (an empty "key:") leaves the default in place. All problems are
-// reported at once, joined.
+// reported at once, joined. A key forge renamed (see renamed) still applies
+// under its old name; setting both names is an error.
 func Parse(data []byte, env func(string) (string, bool)) (*Config, error) {
-	c := Default()
-	if err := decodeYAML(c, data, env); err != nil {
-		return nil, err
-	}
-	return c, nil
+	c, _, err := parse(data, env)
+	return c, err
 }
 
-func decodeYAML(c *Config, data []byte, env func(string) (string, bool)) error {
+// parse is Parse that also returns a warning for each renamed key it honoured.
+func parse(data []byte, env func(string) (string, bool)) (*Config, []string, error) {
+	c := Default()
+	warnings, err := decodeYAML(c, data, env)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, warnings, nil
+}
+
+// decodeYAML decodes data over c and returns the warnings of renamed keys.
+func decodeYAML(c *Config, data []byte, env func(string) (string, bool)) ([]string, error) {
 	if env == nil {
 		env = func(string) (string, bool) { return "", false }
 	}
@@ -103,13 +121,13 @@ func decodeYAML(c *Config, data []byte, env func(string) (string, bool)) error {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("%w: %v", ErrInvalidValue, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidValue, err)
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: a config file holds exactly one YAML document", ErrInvalidValue)
+		return nil, fmt.Errorf("%w: a config file holds exactly one YAML document", ErrInvalidValue)
 	}
 	w := walker{env: env, budget: maxNodes}
 	root := &doc
@@ -120,7 +138,10 @@ func decodeYAML(c *Config, data []byte, env func(string) (string, bool)) error {
 	if w.dropped > 0 {
 		w.errs = append(w.errs, fmt.Errorf("%w: and %d more errors", ErrInvalidValue, w.dropped))
 	}
-	return errors.Join(w.errs...)
+	if len(w.errs) > 0 {
+		return nil, errors.Join(w.errs...)
+	}
+	return w.warnings, nil
 }
 
 // walker decodes a yaml.Node tree into a value, following the Go type so
@@ -131,6 +152,8 @@ type walker struct {
 	budget int
 	// dropped counts errors beyond maxErrors.
 	dropped int
+	// warnings name the renamed keys the document still uses.
+	warnings []string
 }
 
 func (w *walker) fail(path string, n *yaml.Node, err error) {
@@ -218,6 +241,15 @@ var retired = map[string]string{
 	"security.uid_map_base": "every sandbox now maps onto its own block of host ids, drawn from security.uid_range_start/uid_range_size (see forge doctor); remove the field",
 }
 
+// renamed are fields older versions had under another name, with their new
+// name in the same section: a config that still uses the old one keeps
+// working, with a warning at load naming the new one; setting both is an
+// error naming both.
+var renamed = map[string]string{
+	// "template" means a zygote template only (docs/zygote.md).
+	"environment_builder.templates": "presets",
+}
+
 func (w *walker) object(n *yaml.Node, v reflect.Value, path string) {
 	w.pairs(n, path, func(key string, k, val *yaml.Node) {
 		p := joinPath(path, key)
@@ -227,11 +259,30 @@ func (w *walker) object(n *yaml.Node, v reflect.Value, path string) {
 				w.fail(p, k, fmt.Errorf("%w: %s", ErrUnknownField, hint))
 				return
 			}
+			if to, ok := renamed[p]; ok {
+				w.renamedField(n, v, path, key, to, k, val)
+				return
+			}
 			w.fail(p, k, ErrUnknownField)
 			return
 		}
 		w.decode(val, v.Field(i), p)
 	})
+}
+
+// renamedField decodes the value of the old key from, of the mapping n at
+// path, into the field now named to.
+func (w *walker) renamedField(n *yaml.Node, v reflect.Value, path, from, to string, k, val *yaml.Node) {
+	old, now := joinPath(path, from), joinPath(path, to)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Kind == yaml.ScalarNode && n.Content[i].Value == to {
+			w.fail(old, k, fmt.Errorf("%w: set together with %s (line %d), its new name: keep only %s",
+				ErrInvalidValue, now, n.Content[i].Line, now))
+			return
+		}
+	}
+	w.warnings = append(w.warnings, fmt.Sprintf("line %d: %s was renamed %s; the old name still works for now: rename the key", k.Line, old, now))
+	w.decode(val, v.Field(fieldIndex(v.Type(), to)), old)
 }
 
 func (w *walker) mapping(n *yaml.Node, v reflect.Value, path string) {

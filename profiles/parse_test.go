@@ -3,8 +3,10 @@ package profiles
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +30,7 @@ func TestDefaultIsDeepCopy(t *testing.T) {
 	a.Images.AllowedPatterns[0] = "evil/*"
 	a.Pool.WarmModules[0] = "evil"
 	a.MCPTools["x"] = MCPToolServer{Command: "x"}
+	a.EnvironmentBuilder.Presets["x"] = Preset{Packages: []string{"x"}}
 	a.Execution.MaxPids = 1
 	b := Default()
 	if diff := cmp.Diff(defaults, b); diff != "" {
@@ -149,6 +152,10 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"unknown field", "execution:\n  timeot: 5\n", ErrUnknownField, []string{"execution.timeot: unknown field (line 2)"}},
 		{"unknown section", "exekution: {}\n", ErrUnknownField, []string{"exekution: unknown field"}},
+		{"renamed field and its new name", "environment_builder:\n  presets: {a: {packages: [x]}}\n  templates: {b: {packages: [y]}}\n", ErrInvalidValue,
+			[]string{"environment_builder.templates: invalid value: set together with environment_builder.presets (line 2), its new name: keep only environment_builder.presets (line 3)"}},
+		{"renamed field and its new name, new first", "environment_builder:\n  templates: {b: {packages: [y]}}\n  presets: {a: {packages: [x]}}\n", ErrInvalidValue,
+			[]string{"environment_builder.templates:", "environment_builder.presets (line 3)", "keep only environment_builder.presets"}},
 		{"retired field", "security:\n  uid_map_base: 100000\n", ErrUnknownField, []string{"security.uid_map_base: unknown field: every sandbox now maps onto its own block", "uid_range_start", "(line 2)"}},
 		{"unknown nested in map", "mcp_tools:\n  gh:\n    comand: x\n", ErrUnknownField, []string{"mcp_tools.gh.comand: unknown field (line 3)"}},
 		{"unknown in profile", "profiles: {p: {mem: 1g}}", ErrUnknownField, []string{"profiles.p.mem: unknown field"}},
@@ -230,6 +237,41 @@ func TestLoadPrecedence(t *testing.T) {
 		if tt.got != tt.want {
 			t.Errorf("%s: got %v, want %v", tt.name, tt.got, tt.want)
 		}
+	}
+}
+
+// A config that still says environment_builder.templates (the old name of
+// environment_builder.presets) keeps working: its presets apply, and Load
+// warns once, naming the new key and the line.
+func TestLoadRenamedTemplates(t *testing.T) {
+	t.Setenv("FORGE_STATE_DIR", "/x")
+	file := filepath.Join(t.TempDir(), "forge.yaml")
+	if err := os.WriteFile(file, []byte("environment_builder:\n  max_packages: 20\n  templates:\n    mine:\n      packages: [requests]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var warnings []string
+	c, err := LoadFor(file, 0, func(msg string) { warnings = append(warnings, msg) })
+	if err != nil {
+		t.Fatalf("LoadFor: %v", err)
+	}
+	if got := c.EnvironmentBuilder.Presets["mine"].Packages; !slices.Equal(got, []string{"requests"}) {
+		t.Errorf("presets.mine.packages: got %v, want [requests]", got)
+	}
+	if _, ok := c.EnvironmentBuilder.Presets["data-science"]; !ok {
+		t.Errorf("the built-in presets are gone: %v", slices.Sorted(maps.Keys(c.EnvironmentBuilder.Presets)))
+	}
+	want := "config " + file + ": line 3: environment_builder.templates was renamed environment_builder.presets"
+	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], want) {
+		t.Errorf("warnings: got %q, want one starting %q", warnings, want)
+	}
+
+	// Under the new name: no warning.
+	if err := os.WriteFile(file, []byte("environment_builder:\n  presets:\n    mine:\n      packages: [requests]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	warnings = nil
+	if c, err = LoadFor(file, 0, func(msg string) { warnings = append(warnings, msg) }); err != nil || len(c.EnvironmentBuilder.Presets["mine"].Packages) != 1 || len(warnings) != 0 {
+		t.Errorf("presets: got %v, %v, warnings %q; want the preset and no warning", c.EnvironmentBuilder.Presets, err, warnings)
 	}
 }
 

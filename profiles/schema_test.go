@@ -49,9 +49,12 @@ func TestExampleConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Parse(data, envMap(nil))
+	c, warnings, err := parse(data, envMap(nil))
 	if err != nil {
 		t.Fatalf("Parse(forge.example.yaml): %v", err)
+	}
+	if len(warnings) > 0 {
+		t.Errorf("forge.example.yaml uses renamed keys: %q", warnings)
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("forge.example.yaml does not validate: %v", err)

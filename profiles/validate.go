@@ -255,26 +255,26 @@ func (c *Config) validateBuilder(p *problems) {
 	if b.BaseImage != "" && !c.Images.Allowed(b.BaseImage) {
 		p.add(base+"base_image", "%q does not match images.allowed", b.BaseImage)
 	}
-	for _, name := range slices.Sorted(maps.Keys(b.Templates)) {
+	for _, name := range slices.Sorted(maps.Keys(b.Presets)) {
 		if !envNameRE.MatchString(name) {
-			p.add(base+"templates."+name, "a template name is letters, digits and hyphens, at most 63 characters")
+			p.add(base+"presets."+name, "a preset name is letters, digits and hyphens, at most 63 characters")
 		}
-		t := b.Templates[name]
+		t := b.Presets[name]
 		if len(t.Packages) == 0 {
-			p.add(base+"templates."+name+".packages", "must not be empty")
+			p.add(base+"presets."+name+".packages", "must not be empty")
 		}
 		if b.MaxPackages > 0 && len(t.Packages) > b.MaxPackages {
-			p.add(base+"templates."+name+".packages", "%d packages, over environment_builder.max_packages (%d)", len(t.Packages), b.MaxPackages)
+			p.add(base+"presets."+name+".packages", "%d packages, over environment_builder.max_packages (%d)", len(t.Packages), b.MaxPackages)
 		}
 	}
 }
 
-// envNameRE is what an environment or template name may be: it becomes an
+// envNameRE is what an environment or preset name may be: it becomes an
 // image tag (forge/custom:NAME).
 var envNameRE = lazyre.New(`^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$`)
 
 // ValidEnvironmentName reports whether name can name an environment or a
-// template: letters, digits and hyphens, at most 63 characters, not
+// preset: letters, digits and hyphens, at most 63 characters, not
 // starting or ending with a hyphen.
 func ValidEnvironmentName(name string) bool { return envNameRE.MatchString(name) }
 

@@ -30,7 +30,7 @@ type ExecuteArgs struct {
 	Timeout     time.Duration // 0 = the configured default
 	Memory      int64         // bytes; 0 = the configured default
 	CustomImage string        // an image or an environment name
-	Environment string        // a template name (environment_builder.templates)
+	Environment string        // a preset name (environment_builder.presets)
 	Env         map[string]string
 	MCPTools    []string
 	// Egress narrows the profile's egress allowlist; nil when absent
@@ -110,7 +110,7 @@ func (w *wireExecuteArgs) check() (ExecuteArgs, error) {
 	}
 	if env := bytes.TrimSpace(w.Environment); len(env) > 0 && string(env) != "null" {
 		if err := json.Unmarshal(env, &a.Environment); err != nil {
-			return a, argError("environment", "want a string: the name of a template environment (see forge://environments/list); environment variables for the code go in env")
+			return a, argError("environment", "want a string: the name of a preset (see forge://environments/list); environment variables for the code go in env")
 		}
 		a.Environment = strings.TrimSpace(a.Environment)
 	}

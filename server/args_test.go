@@ -44,7 +44,7 @@ func TestDecodeExecuteArgs(t *testing.T) {
 		{"trailing", `{"code":"x"} {}`, ExecuteArgs{}, "trailing data"},
 		{"env values", `{"code":"x","env":{"A":1}}`, ExecuteArgs{}, "env"},
 		{"environment as variables (the old form)", `{"code":"x","environment":{"A":"1"}}`, ExecuteArgs{}, "environment variables for the code go in env"},
-		{"environment not a string", `{"code":"x","environment":7}`, ExecuteArgs{}, "template"},
+		{"environment not a string", `{"code":"x","environment":7}`, ExecuteArgs{}, "the name of a preset"},
 		{"egress", `{"code":"x","egress":["pypi.org:443","*.pythonhosted.org:443"]}`,
 			ExecuteArgs{Code: "x", Egress: new(egress.MustParse("pypi.org:443", "*.pythonhosted.org:443"))}, ""},
 		{"egress none", `{"code":"x","egress":[]}`, ExecuteArgs{Code: "x", Egress: &egress.Policy{}}, ""},
@@ -52,7 +52,7 @@ func TestDecodeExecuteArgs(t *testing.T) {
 		{"egress not a list", `{"code":"x","egress":"pypi.org"}`, ExecuteArgs{}, "egress: want an array of strings"},
 		{"env values", `{"code":"x","env":{"A":1}}`, ExecuteArgs{}, "env"},
 		{"environment as variables (the old form)", `{"code":"x","environment":{"A":"1"}}`, ExecuteArgs{}, "environment variables for the code go in env"},
-		{"environment not a string", `{"code":"x","environment":7}`, ExecuteArgs{}, "template"},
+		{"environment not a string", `{"code":"x","environment":7}`, ExecuteArgs{}, "the name of a preset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeExecuteArgs([]byte(tc.in))

@@ -426,7 +426,8 @@ func TestBuildToolReal(t *testing.T) {
 	}{
 		{map[string]any{"name": name, "packages": []string{"numpy; os_name == 'posix' or"}}, "invalid package specification"},
 		{map[string]any{"name": "bad name", "packages": []string{"forgetestpkg"}}, "letters, digits and hyphens"},
-		{map[string]any{"name": name, "packages": []string{"forgetestpkg"}, "template": "nope"}, "environment_builder.templates"},
+		{map[string]any{"name": name, "packages": []string{"forgetestpkg"}, "preset": "nope"}, `unknown preset "nope"; configured: data-science, web (environment_builder.presets)`},
+		{map[string]any{"name": name, "packages": []string{"forgetestpkg"}, "template": "nope"}, `unknown preset "nope"`}, // preset's old name
 	} {
 		req.Params.Arguments, req.Params.Meta = tc.args, nil
 		res, err := c.CallTool(t.Context(), req)

@@ -23,9 +23,19 @@ const toolBuild = "build_custom_environment"
 type BuildArgs struct {
 	Name        string   `json:"name"`
 	Packages    []string `json:"packages"`
-	Template    string   `json:"template"`
+	Preset      string   `json:"preset"`
 	BaseImage   string   `json:"base_image"`
 	Description string   `json:"description"`
+	// ViaTemplate: the preset came as template, its old name, which is
+	// still accepted for now but not in the tool's schema.
+	ViaTemplate bool `json:"-"`
+}
+
+// wireBuildArgs is the JSON form of BuildArgs, with template (preset's
+// old name: "template" means a zygote template only).
+type wireBuildArgs struct {
+	BuildArgs
+	Template string `json:"template"`
 }
 
 // maxBuildPackages bounds the packages list before the policy (whose
@@ -35,21 +45,28 @@ const maxBuildPackages = 1000
 // DecodeBuildArgs decodes and checks the form of build_custom_environment's
 // arguments; the name's and the specs' rules are the builder's (tool errors).
 func DecodeBuildArgs(raw []byte) (BuildArgs, error) {
-	var a BuildArgs
+	var w wireBuildArgs
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = []byte("{}")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a); err != nil {
+	if err := dec.Decode(&w); err != nil {
 		msg := describeJSONError(err)
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			msg = "unknown field " + f + "; known fields: name, packages, template, base_image, description"
+			msg = "unknown field " + f + "; known fields: name, packages, preset, base_image, description"
 		}
-		return a, argError("", msg)
+		return w.BuildArgs, argError("", msg)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return a, argError("", "trailing data after the arguments object")
+		return w.BuildArgs, argError("", "trailing data after the arguments object")
+	}
+	a := w.BuildArgs
+	if w.Template != "" {
+		if a.Preset != "" {
+			return a, argError("template", "is the old name of preset, and both are given; give preset only")
+		}
+		a.Preset, a.ViaTemplate = w.Template, true
 	}
 	a.Name = strings.TrimSpace(a.Name)
 	if a.Name == "" {
@@ -58,8 +75,8 @@ func DecodeBuildArgs(raw []byte) (BuildArgs, error) {
 	if len(a.Packages) > maxBuildPackages {
 		return a, argError("packages", fmt.Sprintf("has %d entries; at most %d", len(a.Packages), maxBuildPackages))
 	}
-	if len(a.Packages) == 0 && strings.TrimSpace(a.Template) == "" {
-		return a, argError("packages", "is required unless template names a template")
+	if len(a.Packages) == 0 && strings.TrimSpace(a.Preset) == "" {
+		return a, argError("packages", "is required unless preset names a preset (environment_builder.presets)")
 	}
 	return a, nil
 }
@@ -72,8 +89,8 @@ func buildTool(s *Server) mcp.Tool {
 			"name": map[string]any{"type": "string", "pattern": "^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$",
 				"description": "Name of the environment: letters, digits and hyphens, at most 63. Use it as execute_python's custom_image afterwards."},
 			"packages": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "maxItems": b.MaxPackages,
-				"description": fmt.Sprintf("PEP 508 requirements such as \"requests>=2.31\" or \"pandas[excel]==2.2.*\"; at most %d with the template's.", b.MaxPackages)},
-			"template": map[string]any{"type": "string", "description": environmentDescription(s.cfg) + " Its packages come first; packages adds to them."},
+				"description": fmt.Sprintf("PEP 508 requirements such as \"requests>=2.31\" or \"pandas[excel]==2.2.*\"; at most %d with the preset's.", b.MaxPackages)},
+			"preset": map[string]any{"type": "string", "description": environmentDescription(s.cfg) + " Its packages come first; packages adds to them."},
 			"base_image": map[string]any{"type": "string",
 				"description": fmt.Sprintf("Image to build on (default %q); see forge://environments/list.", orDefault(b.BaseImage, s.cfg.Images.Default))},
 			"description": map[string]any{"type": "string", "maxLength": 1000, "description": "What the environment is for (shown in forge://environments/list)."},
@@ -120,10 +137,13 @@ func (s *Server) handleBuild(ctx context.Context, req mcp.CallToolRequest) (*mcp
 		return nil, err
 	}
 	a := d.build
+	if a.ViaTemplate {
+		s.log.Warn("build_custom_environment: argument template is the old name of preset; it still works for now", "client", clientName(ctx))
+	}
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
 	res, err := s.eng.BuildEnvironment(ectx, s.principal(ctx), build.Request{
-		Client: clientName(ctx), Name: a.Name, Packages: a.Packages, Template: a.Template,
+		Client: clientName(ctx), Name: a.Name, Packages: a.Packages, Preset: a.Preset,
 		BaseImage: a.BaseImage, Description: a.Description, Progress: progressTo(ctx, req), Approver: elicitApprover{s},
 	})
 	if err != nil {

@@ -65,11 +65,11 @@ func toolDescription(cfg *profiles.Config) string {
 
 func environmentDescription(cfg *profiles.Config) string {
 	b := cfg.EnvironmentBuilder
-	names := slices.Sorted(maps.Keys(b.Templates))
+	names := slices.Sorted(maps.Keys(b.Presets))
 	if len(names) == 0 {
-		return "Name of a template environment; none is configured."
+		return "Name of a preset (a named package list); none is configured."
 	}
-	d := fmt.Sprintf("Name of a template environment to run in (%s): its packages are installed into a custom environment", strings.Join(names, ", "))
+	d := fmt.Sprintf("Name of a preset (a named package list) to run in (%s): its packages are installed into a custom environment", strings.Join(names, ", "))
 	if b.Enabled {
 		return d + ", built on first use (that call takes longer and reports progress), reused afterwards. Give custom_image or environment, not both."
 	}

@@ -38,9 +38,9 @@ func helloConfigs() map[string]*profiles.Config {
 	builder := profiles.Default()
 	builder.EnvironmentBuilder.Enabled = true
 	builder.Images.Data = ""
-	noTemplates := profiles.Default()
-	noTemplates.EnvironmentBuilder.Templates = nil
-	return map[string]*profiles.Config{"default": profiles.Default(), "named": named, "builder": builder, "noTemplates": noTemplates}
+	noPresets := profiles.Default()
+	noPresets.EnvironmentBuilder.Presets = nil
+	return map[string]*profiles.Config{"default": profiles.Default(), "named": named, "builder": builder, "noPresets": noPresets}
 }
 
 // What `forge serve` sends before its server runs (server/hello) is, byte

@@ -29,7 +29,7 @@ func (s *Server) addResources() {
 		mcp.WithResourceDescription("forge's version, the default image's Python version, the host's kernel features and the limits in force."),
 		mcp.WithMIMEType("application/json")), s.jsonResource(s.environmentInfo))
 	s.mcp.AddResource(mcp.NewResource(uriEnvironments, "environments",
-		mcp.WithResourceDescription("Images present in forge's store (usable as custom_image when allowed) and your custom environments (build_custom_environment), with their Python version and packages, and the templates execute_python's environment can name."),
+		mcp.WithResourceDescription("Images present in forge's store (usable as custom_image when allowed) and your custom environments (build_custom_environment), with their Python version and packages, and the presets (named package lists) execute_python's environment can name."),
 		mcp.WithMIMEType("application/json")), s.jsonResource(s.environments))
 	s.mcp.AddResource(mcp.NewResource(uriToolsAvailable, "tools-available",
 		mcp.WithResourceDescription("MCP tools that sandboxed code can call as Python functions (code mode): name, server, description, input schema, and the Python name."),
@@ -77,7 +77,7 @@ type BuilderInfo struct {
 	Timeout     string   `json:"build_timeout"`
 	MaxSize     string   `json:"max_image_size"`
 	RateLimit   string   `json:"rate_limit"`
-	Templates   []string `json:"templates"`
+	Presets     []string `json:"presets"`
 }
 
 // ImageInfo describes one image.
@@ -145,7 +145,7 @@ func (s *Server) environmentInfo(ctx context.Context) (any, error) {
 	}
 	b := s.cfg.EnvironmentBuilder
 	info.Builder = BuilderInfo{Enabled: b.Enabled, Installer: s.eng.Installer(), Index: b.IndexURL, Offline: b.Offline,
-		MaxPackages: b.MaxPackages, Timeout: b.BuildTimeout.String(), MaxSize: b.MaxImageSize.String(), Templates: []string{}}
+		MaxPackages: b.MaxPackages, Timeout: b.BuildTimeout.String(), MaxSize: b.MaxImageSize.String(), Presets: []string{}}
 	if b.Offline {
 		info.Builder.Index = "wheelhouse " + b.Wheelhouse
 	}
@@ -153,10 +153,10 @@ func (s *Server) environmentInfo(ctx context.Context) (any, error) {
 	if b.BuildsPerPeriod > 0 {
 		info.Builder.RateLimit = fmt.Sprintf("%d builds per %s", b.BuildsPerPeriod, b.RatePeriod)
 	}
-	for name := range b.Templates {
-		info.Builder.Templates = append(info.Builder.Templates, name)
+	for name := range b.Presets {
+		info.Builder.Presets = append(info.Builder.Presets, name)
 	}
-	sort.Strings(info.Builder.Templates)
+	sort.Strings(info.Builder.Presets)
 	if s.cfg.Images.Data != "" {
 		d := s.imageInfo(imgs, s.cfg.Images.Data)
 		info.DataImage = &d
@@ -202,11 +202,11 @@ type EnvironmentList struct {
 	Allowed      []string            `json:"allowed_patterns"`
 	Images       []ImageInfo         `json:"images"`
 	Environments []build.Environment `json:"environments"`
-	Templates    []TemplateInfo      `json:"templates"`
+	Presets      []PresetInfo        `json:"presets"`
 }
 
-// TemplateInfo describes one template of environment_builder.templates.
-type TemplateInfo struct {
+// PresetInfo describes one preset of environment_builder.presets.
+type PresetInfo struct {
 	Name        string   `json:"name"`
 	Packages    []string `json:"packages"`
 	Description string   `json:"description,omitempty"`
@@ -220,7 +220,7 @@ func (s *Server) environments(ctx context.Context) (any, error) {
 	}
 	p := s.principal(ctx)
 	out := EnvironmentList{Default: s.cfg.Images.Default, Data: s.cfg.Images.Data,
-		Allowed: append([]string{}, s.cfg.Images.AllowedPatterns...), Images: []ImageInfo{}, Templates: []TemplateInfo{}}
+		Allowed: append([]string{}, s.cfg.Images.AllowedPatterns...), Images: []ImageInfo{}, Presets: []PresetInfo{}}
 	if out.Environments, err = s.eng.ListEnvironments(ctx, p); err != nil {
 		return nil, err
 	}
@@ -231,10 +231,10 @@ func (s *Server) environments(ctx context.Context) (any, error) {
 	for _, e := range out.Environments {
 		built[e.Name] = true
 	}
-	for name, t := range s.cfg.EnvironmentBuilder.Templates {
-		out.Templates = append(out.Templates, TemplateInfo{Name: name, Packages: t.Packages, Description: t.Description, Built: built[name]})
+	for name, t := range s.cfg.EnvironmentBuilder.Presets {
+		out.Presets = append(out.Presets, PresetInfo{Name: name, Packages: t.Packages, Description: t.Description, Built: built[name]})
 	}
-	sort.Slice(out.Templates, func(i, j int) bool { return out.Templates[i].Name < out.Templates[j].Name })
+	sort.Slice(out.Presets, func(i, j int) bool { return out.Presets[i].Name < out.Presets[j].Name })
 	for _, img := range imgs {
 		if owner, ok := img.Labels[build.LabelOwner]; ok && owner != p.Tenant {
 			continue // another principal's environment: as if it were not there

@@ -260,7 +260,7 @@ func TestProtocolErrors(t *testing.T) {
 }
 
 // TestEnvAndEnvironmentReachTheEngine: env (variables) and environment (a
-// template) are passed on as they are, each to its own field.
+// preset) are passed on as they are, each to its own field.
 func TestEnvAndEnvironmentReachTheEngine(t *testing.T) {
 	stub := newStub()
 	c := connect(t, New(stub, Options{}))

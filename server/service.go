@@ -404,6 +404,9 @@ func (s *Server) restBuild(ctx context.Context, body []byte) (*build.Result, err
 	if err != nil {
 		return nil, rest.NewProblem(ctx, http.StatusBadRequest, err.Error())
 	}
+	if a.ViaTemplate {
+		s.log.Warn("POST /api/v1/environments: field template is the old name of preset; it still works for now")
+	}
 	p := s.principal(ctx)
 	if t, ok := strings.CutPrefix(p.Tenant, auth.TenantPrefix); ok && s.tenants != nil {
 		if err := s.tenants.Build(t); err != nil {
@@ -414,7 +417,7 @@ func (s *Server) restBuild(ctx context.Context, body []byte) (*build.Result, err
 	ectx, cancel := s.execContext(ctx)
 	defer cancel()
 	return s.eng.BuildEnvironment(ectx, p, build.Request{
-		Client: "rest", Name: a.Name, Packages: a.Packages, Template: a.Template,
+		Client: "rest", Name: a.Name, Packages: a.Packages, Preset: a.Preset,
 		BaseImage: a.BaseImage, Description: a.Description,
 	})
 }

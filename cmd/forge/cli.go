@@ -54,7 +54,7 @@ Usage:
   forge token   create|ls|revoke                 bearer tokens of the HTTP transport
   forge run     [flags] [-f FILE | CODE | -]      one stateless run
   forge image   ls [--json] | pull REF | import REF | bootstrap [--packages P,..] | rm REF
-  forge env     build NAME [--template T] [--base IMAGE] PKG... | ls [--json] | show NAME | rm NAME
+  forge env     build NAME [--preset P] [--base IMAGE] PKG... | ls [--json] | show NAME | rm NAME
                                                   custom environments (forge/custom:NAME)
   forge gc                                        remove what a crashed forge left behind, and
                                                   environments unused for environment_builder.gc_age
@@ -168,9 +168,14 @@ func exitCode(stderr io.Writer, err error) int {
 }
 
 // loadConfig reads the configuration (file, FORGE_* environment, defaults)
-// and applies --state-dir.
+// and applies --state-dir. A renamed key the file still uses is logged as a
+// warning, once.
 func (g *globals) loadConfig() (*profiles.Config, error) {
-	cfg, err := profiles.LoadFor(g.config, rootless.UID())
+	log := g.log
+	if log == nil {
+		log = slog.Default()
+	}
+	cfg, err := profiles.LoadFor(g.config, rootless.UID(), func(msg string) { log.Warn(msg) })
 	if err != nil {
 		return nil, usageError{err}
 	}

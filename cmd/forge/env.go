@@ -18,8 +18,9 @@ import (
 )
 
 const envUsage = `Usage:
-  forge env build NAME [--template T] [--base IMAGE] [--description TEXT] [--json] PKG...
-                                    build forge/custom:NAME with the packages (PEP 508 specs)
+  forge env build NAME [--preset P] [--base IMAGE] [--description TEXT] [--json] PKG...
+                                    build forge/custom:NAME with the packages (PEP 508 specs),
+                                    after those of preset P (environment_builder.presets)
   forge env ls [--json]             list environments
   forge env show NAME               labels, requested and installed packages (JSON)
   forge env rm NAME                 remove an environment (refused while one is in use)
@@ -72,7 +73,8 @@ func envEngine(ctx context.Context, g *globals) (*engine.Engine, *profiles.Confi
 func envBuild(ctx context.Context, g *globals, args []string) error {
 	fs := flag.NewFlagSet("env build", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	template := fs.String("template", "", "")
+	preset := fs.String("preset", "", "")
+	template := fs.String("template", "", "") // preset's old name, still accepted for now
 	base := fs.String("base", "", "")
 	desc := fs.String("description", "", "")
 	asJSON := fs.Bool("json", false, "")
@@ -84,8 +86,15 @@ func envBuild(ctx context.Context, g *globals, args []string) error {
 		return usagef("env build: missing NAME\n\n%s", envUsage)
 	}
 	name, pkgs := pos[0], pos[1:]
-	if len(pkgs) == 0 && *template == "" {
-		return usagef("env build: name packages, or a --template\n\n%s", envUsage)
+	if *template != "" {
+		if *preset != "" {
+			return usagef("env build: --template is the old name of --preset, and both are given; give --preset only")
+		}
+		*preset = *template
+		g.log.Warn("env build: --template is the old name of --preset; it still works for now")
+	}
+	if len(pkgs) == 0 && *preset == "" {
+		return usagef("env build: name packages, or a --preset\n\n%s", envUsage)
 	}
 	eng, _, done, err := envEngine(ctx, g)
 	if err != nil {
@@ -93,7 +102,7 @@ func envBuild(ctx context.Context, g *globals, args []string) error {
 	}
 	defer done()
 	res, err := eng.BuildEnvironment(ctx, engine.LocalPrincipal, build.Request{
-		Client: "forge-cli", Name: name, Packages: pkgs, Template: *template, BaseImage: *base, Description: *desc,
+		Client: "forge-cli", Name: name, Packages: pkgs, Preset: *preset, BaseImage: *base, Description: *desc,
 		Progress: func(step, total int, msg string) { fmt.Fprintf(g.stderr, "[%d/%d] %s\n", step, total, msg) },
 	})
 	if err != nil {

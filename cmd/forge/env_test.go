@@ -83,8 +83,10 @@ func TestEnvCommands(t *testing.T) {
 		{[]string{"env", "build", "bad_name", "forgetestpkg"}, exitUsage, "letters, digits and hyphens"},
 		{[]string{"env", "build", "t-cli-x", "numpy"}, exitUsage, "environment_builder.allowed_packages"},
 		{[]string{"env", "build", "t-cli-x", "forgetestpkg==9"}, exitUsage, "forgetestpkg"},
-		{[]string{"env", "build", "t-cli-x"}, exitUsage, "name packages, or a --template"},
-		{[]string{"env", "build", "t-cli-x", "--template", "nope"}, exitUsage, "environment_builder.templates"},
+		{[]string{"env", "build", "t-cli-x"}, exitUsage, "name packages, or a --preset"},
+		{[]string{"env", "build", "t-cli-x", "--preset", "nope"}, exitUsage, `unknown preset "nope"; configured: data-science, web (environment_builder.presets)`},
+		{[]string{"env", "build", "t-cli-x", "--template", "nope"}, exitUsage, `unknown preset "nope"`}, // --preset's old name
+		{[]string{"env", "build", "t-cli-x", "--preset", "web", "--template", "web"}, exitUsage, "--template is the old name of --preset, and both are given"},
 		{[]string{"env", "show", "t-cli-missing"}, exitUsage, "environment not found"},
 		{[]string{"env", "frob"}, exitUsage, "unknown subcommand"},
 	} {
@@ -135,5 +137,32 @@ func TestGCRemovesUnusedEnvironments(t *testing.T) {
 	}
 	if code, _, stderr := cli("env", "rm", "old"); code != exitUsage || !strings.Contains(stderr, "not found") {
 		t.Errorf("env rm after gc: exit %d %q", code, stderr)
+	}
+}
+
+// A config that still says environment_builder.templates (the old name of
+// environment_builder.presets) works, with one warning naming the new key;
+// one that sets both is refused, naming both.
+func TestEnvPresetsRenamed(t *testing.T) {
+	testutil.RequiresRoot(t)
+	conf := filepath.Join(t.TempDir(), "forge.yaml")
+	write := func(body string) {
+		if err := os.WriteFile(conf, []byte("environment_builder:\n  allowed_packages: [forgetestpkg]\n"+body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("  templates:\n    mine: {packages: [forgetestpkg]}\n")
+	code, _, stderr := forge(t, "", "--config", conf, "env", "build", "t-cli-x", "--preset", "nope")
+	if want := `unknown preset "nope"; configured: data-science, mine, web (environment_builder.presets)`; code != exitUsage || !strings.Contains(stderr, want) {
+		t.Errorf("old key: exit %d %q, want exit %d naming %q", code, stderr, exitUsage, want)
+	}
+	if n := strings.Count(stderr, "environment_builder.templates was renamed environment_builder.presets"); n != 1 || !strings.Contains(stderr, "level=WARN") {
+		t.Errorf("old key: %d warnings naming environment_builder.presets in %q, want 1", n, stderr)
+	}
+
+	write("  templates:\n    mine: {packages: [forgetestpkg]}\n  presets:\n    yours: {packages: [forgetestpkg]}\n")
+	code, _, stderr = forge(t, "", "--config", conf, "env", "ls")
+	if want := "environment_builder.templates: invalid value: set together with environment_builder.presets (line 5), its new name: keep only environment_builder.presets (line 3)"; code != exitUsage || !strings.Contains(stderr, want) {
+		t.Errorf("both keys: exit %d %q, want exit %d naming %q", code, stderr, exitUsage, want)
 	}
 }

@@ -45,7 +45,7 @@ type Decision struct {
 }
 
 // approvedLabel lists the packages a person approved for the build that
-// made the image: a later request for the same environment (a template
+// made the image: a later request for the same environment (a preset
 // used again, a cache hit) is not asked twice.
 const approvedLabel = "forge.env.approved"
 

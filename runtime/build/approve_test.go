@@ -79,17 +79,17 @@ func TestApprovalElicit(t *testing.T) {
 	wheels := t.TempDir()
 	value := uniqueName("v")
 	makeWheel(t, wheels, "forgetestpkg", "1.0", value)
-	tpl := uniqueName("tpl")
+	preset := uniqueName("preset")
 	eng := testenv.EngineWith(t, false, func(c *profiles.Config) {
 		b := &c.EnvironmentBuilder
 		b.Enabled, b.Offline, b.Wheelhouse, b.AllowedPackages = true, true, wheels, []string{"*"}
 		b.BlockedPackages = []string{"evil-*"}
 		b.ApprovalPackages, b.Approval = []string{"forgetest*"}, "elicit"
-		b.Templates = map[string]profiles.Template{tpl: {Packages: []string{"forgetestpkg==1.0"}}} // another hash than name's
+		b.Presets = map[string]profiles.Preset{preset: {Packages: []string{"forgetestpkg==1.0"}}} // another hash than name's
 	}, engine.Options{Audit: lg})
 	name := uniqueName("t-approve")
 	removeEnv(t, eng, name)
-	removeEnv(t, eng, tpl)
+	removeEnv(t, eng, preset)
 
 	for _, tc := range []struct {
 		answer string
@@ -149,18 +149,18 @@ func TestApprovalElicit(t *testing.T) {
 		t.Errorf("again: %+v, %v, asked %d times; want a cache hit, not asked again", res, err, p.count())
 	}
 
-	// A template built on first use by execute_python asks too.
+	// A preset built on first use by execute_python asks too.
 	tp := &person{eng: eng, answer: "decline"}
-	req := engine.Request{Principal: local, Code: "import forgetestpkg\nprint(forgetestpkg.VALUE)", Environment: tpl, Approver: tp}
+	req := engine.Request{Principal: local, Code: "import forgetestpkg\nprint(forgetestpkg.VALUE)", Environment: preset, Approver: tp}
 	if _, err := eng.Execute(ctx, req); !errors.Is(err, build.ErrRefused) || tp.count() != 1 {
-		t.Errorf("template declined: %v, asked %d times", err, tp.count())
+		t.Errorf("preset declined: %v, asked %d times", err, tp.count())
 	}
 	tp.answer = "accept"
 	if out, err := eng.Execute(ctx, req); err != nil || strings.TrimSpace(out.Stdout) != value || tp.count() != 2 || tp.live[1] != 0 {
-		t.Fatalf("template accepted: %+v, %v, asked %d times (%v sandboxes alive)", out, err, tp.count(), tp.live)
+		t.Fatalf("preset accepted: %+v, %v, asked %d times (%v sandboxes alive)", out, err, tp.count(), tp.live)
 	}
 	if out, err := eng.Execute(ctx, req); err != nil || strings.TrimSpace(out.Stdout) != value || tp.count() != 2 {
-		t.Errorf("template again: %+v, %v, asked %d times, want not asked again", out, err, tp.count())
+		t.Errorf("preset again: %+v, %v, asked %d times, want not asked again", out, err, tp.count())
 	}
 
 	counts := map[string]int{}

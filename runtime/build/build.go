@@ -174,7 +174,7 @@ type Request struct {
 	Client      string // for the audit log
 	Name        string
 	Packages    []string
-	Template    string
+	Preset      string // a name of environment_builder.presets
 	BaseImage   string // "" = environment_builder.base_image, else images.default
 	Description string
 	// Progress, when set, hears each step (step of total).
@@ -221,7 +221,7 @@ type plan struct {
 func (b *Builder) Build(ctx context.Context, req Request) (*Result, error) {
 	start := time.Now()
 	b.opts.Audit.Log(audit.Event{Event: audit.EventBuildRequest, Severity: audit.SeverityInfo, Principal: req.Principal,
-		Client: req.Client, Fields: map[string]any{"name": clip(req.Name, 80), "packages": len(req.Packages), "template": clip(req.Template, 80)}})
+		Client: req.Client, Fields: map[string]any{"name": clip(req.Name, 80), "packages": len(req.Packages), "preset": clip(req.Preset, 80)}})
 	p, err := b.check(ctx, req)
 	if err != nil {
 		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrRefused) || errors.Is(err, rootfs.ErrImageNotFound) {
@@ -308,27 +308,27 @@ func (b *Builder) failed(req Request, hash string, err error) {
 		Client: req.Client, Reason: clip(err.Error(), 500), Fields: map[string]any{"name": clip(req.Name, 80), "hash": hash}})
 }
 
-// Packages expands a template and extra packages into one list.
-func (b *Builder) Packages(template string, extra []string) ([]string, error) {
+// Packages expands a preset and extra packages into one list.
+func (b *Builder) Packages(preset string, extra []string) ([]string, error) {
 	var pkgs []string
-	if template != "" {
-		t, ok := b.cfg.Templates[template]
+	if preset != "" {
+		t, ok := b.cfg.Presets[preset]
 		if !ok {
-			names := slices.Sorted(maps.Keys(b.cfg.Templates))
-			return nil, fmt.Errorf("%w: unknown template %q; configured: %s (environment_builder.templates)",
-				ErrInvalid, clip(template, 80), strings.Join(names, ", "))
+			names := slices.Sorted(maps.Keys(b.cfg.Presets))
+			return nil, fmt.Errorf("%w: unknown preset %q; configured: %s (environment_builder.presets)",
+				ErrInvalid, clip(preset, 80), strings.Join(names, ", "))
 		}
 		pkgs = append(pkgs, t.Packages...)
 	}
 	pkgs = append(pkgs, extra...)
 	if len(pkgs) == 0 {
-		return nil, fmt.Errorf("%w: no packages: name at least one, or a template", ErrInvalid)
+		return nil, fmt.Errorf("%w: no packages: name at least one, or a preset", ErrInvalid)
 	}
 	return pkgs, nil
 }
 
-// Templates are the configured templates.
-func (b *Builder) Templates() map[string]profiles.Template { return b.cfg.Templates }
+// Presets are the configured presets (environment_builder.presets).
+func (b *Builder) Presets() map[string]profiles.Preset { return b.cfg.Presets }
 
 // check validates the request and the policy; no sandbox starts before it
 // passed.
@@ -339,7 +339,7 @@ func (b *Builder) check(ctx context.Context, req Request) (*plan, error) {
 	if len(req.Description) > 1000 {
 		return nil, fmt.Errorf("%w: description is %d bytes, at most 1000", ErrInvalid, len(req.Description))
 	}
-	pkgs, err := b.Packages(req.Template, req.Packages)
+	pkgs, err := b.Packages(req.Preset, req.Packages)
 	if err != nil {
 		return nil, err
 	}
@@ -685,7 +685,7 @@ func (b *Builder) build(ctx context.Context, p *plan) (_ *Environment, retErr er
 	}
 	p.req.progress(5, "committing %s", p.image)
 	env := &Environment{Name: p.req.Name, Image: p.image, Owner: p.req.Principal, Description: p.req.Description,
-		Template: p.req.Template, BaseImage: p.req.BaseImage, BaseDigest: p.base.Digest, Python: p.python,
+		Preset: p.req.Preset, BaseImage: p.req.BaseImage, BaseDigest: p.base.Digest, Python: p.python,
 		Requested: p.specs, Installed: installed, Hash: p.hash, Built: time.Now().UTC(), Scan: scan, Installer: b.Installer(),
 		Approved: p.approved}
 	img, err := scratch.Commit(ctx, rootfs.CommitOptions{Name: p.image, Labels: env.labels(),

@@ -507,7 +507,7 @@ func TestPolicyRefusalsStartNothing(t *testing.T) {
 		{"malformed", build.Request{Name: "t-refuse", Packages: []string{"forgetestpkg >>= 1"}}, build.ErrInvalid, []string{"forgetestpkg >>= 1"}},
 		{"bad name", build.Request{Name: "no_underscores", Packages: []string{"forgetestpkg"}}, build.ErrInvalid, []string{"no_underscores", "letters, digits and hyphens"}},
 		{"long name", build.Request{Name: strings.Repeat("a", 64), Packages: []string{"forgetestpkg"}}, build.ErrInvalid, []string{"at most 63"}},
-		{"unknown template", build.Request{Name: "t-refuse", Template: "nope"}, build.ErrInvalid, []string{"nope", "environment_builder.templates"}},
+		{"unknown preset", build.Request{Name: "t-refuse", Preset: "nope"}, build.ErrInvalid, []string{"unknown preset \"nope\"", "environment_builder.presets"}},
 		{"base not allowed", build.Request{Name: "t-refuse", Packages: []string{"forgetestpkg"}, BaseImage: "docker.io/library/python:3"}, build.ErrInvalid, []string{"images.allowed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -696,22 +696,22 @@ func TestSessionRestoresIntoEnvironment(t *testing.T) {
 	}
 }
 
-// TestTemplateOnFirstUse runs code with environment = a template that was
+// TestPresetOnFirstUse runs code with environment = a preset that was
 // never built: the first call builds it (with progress), later calls and
 // other principals' find their own.
-func TestTemplateOnFirstUse(t *testing.T) {
+func TestPresetOnFirstUse(t *testing.T) {
 	ctx := context.Background()
 	value := uniqueName("v")
-	tpl := uniqueName("tpl")
+	preset := uniqueName("preset")
 	eng := offlineEngine(t, value, func(b *profiles.EnvironmentBuilderConfig) {
-		b.Templates = map[string]profiles.Template{tpl: {Packages: []string{"forgetestpkg"}}}
+		b.Presets = map[string]profiles.Preset{preset: {Packages: []string{"forgetestpkg"}}}
 	})
-	removeEnv(t, eng, tpl)
+	removeEnv(t, eng, preset)
 	var (
 		mu    sync.Mutex
 		steps []string
 	)
-	req := engine.Request{Principal: local, Code: "import forgetestpkg\nprint(forgetestpkg.VALUE)", Environment: tpl,
+	req := engine.Request{Principal: local, Code: "import forgetestpkg\nprint(forgetestpkg.VALUE)", Environment: preset,
 		Progress: func(p engine.Progress) {
 			if p.Message != "" {
 				mu.Lock()
@@ -733,12 +733,21 @@ func TestTemplateOnFirstUse(t *testing.T) {
 	if len(steps) != 1 || !strings.Contains(steps[0], "cache hit") {
 		t.Errorf("second use progress %q, want one cache hit", steps)
 	}
-	if _, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "1", Environment: "no-such-template"}); !errors.Is(err, engine.ErrInvalidRequest) ||
-		!strings.Contains(err.Error(), "environment_builder.templates") {
-		t.Errorf("unknown template: %v", err)
+	if _, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "1", Environment: "no-such-preset"}); !errors.Is(err, engine.ErrInvalidRequest) ||
+		!strings.Contains(err.Error(), "environment_builder.presets") {
+		t.Errorf("unknown preset: %v", err)
 	}
-	if _, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "1", Environment: tpl, Image: testenv.BaseImage}); !errors.Is(err, engine.ErrInvalidRequest) {
-		t.Errorf("template and image both: %v", err)
+	if _, err := eng.Execute(ctx, engine.Request{Principal: local, Code: "1", Environment: preset, Image: testenv.BaseImage}); !errors.Is(err, engine.ErrInvalidRequest) {
+		t.Errorf("preset and image both: %v", err)
+	}
+	// The environment's image records its preset (forge env ls --json, REST).
+	envs, err := eng.ListEnvironments(ctx, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(envs, func(e build.Environment) bool { return e.Name == preset })
+	if i < 0 || envs[i].Preset != preset {
+		t.Errorf("environments %+v: want %s with preset %s", envs, preset, preset)
 	}
 }
 

@@ -1,6 +1,7 @@
 package build
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -18,7 +19,7 @@ const (
 	LabelName        = "forge.env.name"
 	LabelOwner       = "forge.env.owner"
 	LabelDescription = "forge.env.description"
-	LabelTemplate    = "forge.env.template"
+	LabelPreset      = "forge.env.preset"
 	LabelBase        = "forge.env.base"
 	LabelBaseDigest  = "forge.env.base_digest"
 	LabelPython      = "forge.env.python"
@@ -29,6 +30,10 @@ const (
 	LabelScan        = "forge.env.scan"
 	LabelInstaller   = "forge.env.installer"
 )
+
+// labelTemplate is LabelPreset of images built before presets were named
+// so (environment_builder.templates): read, never written.
+const labelTemplate = "forge.env.template"
 
 // Repo is the image repository of the local principal's environments:
 // forge/custom:NAME. Other principals get forge/custom-<8 hex>:NAME, so two
@@ -85,7 +90,7 @@ type Environment struct {
 	Image       string    `json:"image"`
 	ID          string    `json:"id"`
 	Description string    `json:"description,omitempty"`
-	Template    string    `json:"template,omitempty"`
+	Preset      string    `json:"preset,omitempty"`
 	BaseImage   string    `json:"base_image"`
 	BaseDigest  string    `json:"base_digest"`
 	Python      string    `json:"python"`
@@ -118,7 +123,7 @@ func fromImage(img rootfs.Image, imageName string) (Environment, bool) {
 	}
 	e := Environment{
 		Name: name, Image: imageName, ID: img.ID, Owner: owner, Size: img.Size, LayerSize: img.LayerSize,
-		Description: l[LabelDescription], Template: l[LabelTemplate], BaseImage: l[LabelBase],
+		Description: l[LabelDescription], Preset: cmp.Or(l[LabelPreset], l[labelTemplate]), BaseImage: l[LabelBase],
 		BaseDigest: l[LabelBaseDigest], Python: l[LabelPython], Hash: l[LabelHash], Scan: l[LabelScan],
 		Installer: l[LabelInstaller], Requested: []string{}, Installed: []Package{},
 	}
@@ -141,8 +146,8 @@ func (e *Environment) labels() map[string]string {
 	if e.Description != "" {
 		l[LabelDescription] = e.Description
 	}
-	if e.Template != "" {
-		l[LabelTemplate] = e.Template
+	if e.Preset != "" {
+		l[LabelPreset] = e.Preset
 	}
 	if len(e.Approved) > 0 {
 		a, _ := json.Marshal(e.Approved)

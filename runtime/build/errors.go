@@ -11,7 +11,7 @@ import (
 // ErrRateLimited and ErrBusy to retry-later tool errors, the rest to
 // infrastructure errors (exit 3).
 var (
-	// ErrInvalid: a bad name, spec, template or base image.
+	// ErrInvalid: a bad name, spec, preset or base image.
 	ErrInvalid = errors.New("invalid build request")
 	// ErrRefused: the package policy refused the request.
 	ErrRefused = errors.New("build refused by policy")

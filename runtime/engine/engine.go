@@ -269,7 +269,7 @@ type Request struct {
 	// Progress, if set, receives reports while the request runs (see
 	// Progress); it is called from forge's goroutines and must not block.
 	Progress func(Progress)
-	// Environment names a template (environment_builder.templates): the
+	// Environment names a preset (environment_builder.presets): the
 	// code runs in its environment, built first if need be. Image must be
 	// empty then; Image may name an environment of the principal itself.
 	Environment string
@@ -314,7 +314,7 @@ type Plan struct {
 // A request can tighten limits, never loosen them. Errors are
 // *RefusedError.
 func (e *Engine) Validate(req Request) (Plan, error) {
-	// An environment's name becomes its image; a template is left for
+	// An environment's name becomes its image; a preset is left for
 	// Execute, which may have to build it.
 	if req.Environment == "" {
 		if err := e.resolveImage(context.Background(), &req); err != nil {

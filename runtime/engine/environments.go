@@ -65,14 +65,14 @@ func (e *Engine) GCEnvironments(ctx context.Context, age time.Duration) ([]strin
 }
 
 // resolveImage turns the request's image (an image or an environment
-// name) and template into the image to run, building a template's
+// name) and preset into the image to run, building a preset's
 // environment on first use when builds are enabled.
 func (e *Engine) resolveImage(ctx context.Context, req *Request) error {
 	if req.Environment != "" {
 		if req.Image != "" {
 			return fmt.Errorf("%w: custom_image %q and environment %q both name what to run in; give one", ErrInvalidRequest, req.Image, req.Environment)
 		}
-		img, err := e.templateImage(ctx, req)
+		img, err := e.presetImage(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -102,18 +102,18 @@ func isEnvironment(image string) bool {
 	return len(image) > len(build.Repo) && image[:len(build.Repo)] == build.Repo
 }
 
-// templateImage is the environment of the request's template: the one
+// presetImage is the environment of the request's preset: the one
 // built, or built now (a cache hit when its packages did not change).
-func (e *Engine) templateImage(ctx context.Context, req *Request) (string, error) {
+func (e *Engine) presetImage(ctx context.Context, req *Request) (string, error) {
 	name := req.Environment
-	if _, ok := e.builder.Templates()[name]; !ok {
+	if _, ok := e.builder.Presets()[name]; !ok {
 		_, err := e.builder.Packages(name, nil)
 		return "", fmt.Errorf("%w: environment: %w", ErrInvalidRequest, err)
 	}
 	if !e.cfg.EnvironmentBuilder.Enabled {
 		env, err := e.builder.Get(ctx, req.Principal.Tenant, name)
 		if errors.Is(err, build.ErrNotFound) {
-			return "", fmt.Errorf("%w: template %q is not built and environment_builder.enabled is false; build it with `forge env build %s --template %s`",
+			return "", fmt.Errorf("%w: preset %q is not built and environment_builder.enabled is false; build it with `forge env build %s --preset %s`",
 				ErrInvalidRequest, name, name, name)
 		}
 		if err != nil {
@@ -123,7 +123,7 @@ func (e *Engine) templateImage(ctx context.Context, req *Request) (string, error
 		return env.Image, nil
 	}
 	res, err := e.builder.Build(ctx, build.Request{Principal: req.Principal.Tenant, Client: req.Client, Name: name,
-		Template: name, Progress: buildProgress(req.Progress), Description: "template " + name, Approver: req.Approver})
+		Preset: name, Progress: buildProgress(req.Progress), Description: "preset " + name, Approver: req.Approver})
 	if err != nil {
 		return "", fmt.Errorf("environment %q: %w", name, err)
 	}

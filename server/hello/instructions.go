@@ -39,11 +39,11 @@ How it behaves:
 	if eb.Enabled {
 		b.WriteString("\nCustom environments: when you need a package the images lack, call build_custom_environment once with a name and PEP 508 requirements (checked against forge's package policy; a refusal says which setting decides). Then pass that name as execute_python's custom_image, in stateless calls and in sessions. The same packages again are a cache hit. ")
 	}
-	if len(eb.Templates) > 0 {
-		names := slices.Sorted(maps.Keys(eb.Templates))
-		fmt.Fprintf(&b, "\nTemplates (argument environment): %s; forge://environments/list shows their packages.", strings.Join(names, ", "))
+	if len(eb.Presets) > 0 {
+		names := slices.Sorted(maps.Keys(eb.Presets))
+		fmt.Fprintf(&b, "\nPresets, named package lists (argument environment): %s; forge://environments/list shows their packages.", strings.Join(names, ", "))
 		if eb.Enabled {
-			b.WriteString(" The first call with a template builds it, which takes a while.")
+			b.WriteString(" The first call with a preset builds it, which takes a while.")
 		}
 		b.WriteString("\n")
 	}

@@ -33,7 +33,7 @@ func TestDefaultsUpToDate(t *testing.T) {
 		}
 	}
 	t.Setenv("HOME", t.TempDir())
-	cfg, err := profiles.LoadFor("", os.Getuid())
+	cfg, err := profiles.LoadFor("", os.Getuid(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

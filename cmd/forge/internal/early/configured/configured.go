@@ -23,7 +23,7 @@ func Load(s early.Serving) (name, instructions string, ok bool) {
 	if s.LogLevel != "" && !validLevel(s.LogLevel) {
 		return "", "", false
 	}
-	cfg, err := profiles.LoadFor(s.Config, rootless.UID())
+	cfg, err := profiles.LoadFor(s.Config, rootless.UID(), nil) // cmd/forge warns: it loads again
 	if err != nil || cfg.Server.Transport == "http" {
 		return "", "", false
 	}
