@@ -83,6 +83,7 @@ func FuzzDecodeExecuteArgs(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	srv := New(newStub(), Options{})
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		a, err := DecodeExecuteArgs(raw)
 		if err != nil {
@@ -97,14 +98,14 @@ func FuzzDecodeExecuteArgs(f *testing.F) {
 		if a.Backend != "" && a.Backend != BackendSimple && a.Backend != BackendJupyter {
 			t.Fatalf("accepted backend %q", a.Backend)
 		}
-		// Whatever decodes must also pass the protocol precheck.
+		// Whatever decodes must also pass preflight.
 		msg := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_python","arguments":` + string(raw) + `}}`)
 		m, reply := checkMessage(msg)
 		if reply != nil {
 			t.Fatalf("checkMessage refused a tools/call with arguments that decode: %q", raw)
 		}
-		if _, resp := precheck(context.Background(), m); resp != nil {
-			t.Fatalf("precheck refused arguments that decode: %q", raw)
+		if _, resp, _ := srv.preflight(context.Background(), m); resp != nil {
+			t.Fatalf("preflight refused arguments that decode: %q", raw)
 		}
 	})
 }

@@ -111,7 +111,7 @@ func inputSchema(cfg *profiles.Config) json.RawMessage {
 	return b
 }
 
-// handleExecute runs execute_python. Arguments were decoded by precheck on
+// handleExecute runs execute_python. Arguments were decoded by preflight on
 // the way in; a decode error here (an in-process caller that bypassed
 // HandleMessage) is still reported as an error, never run.
 func (s *Server) handleExecute(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -174,43 +174,17 @@ func (s *Server) hostedHandler(name string) mcpserver.ToolHandlerFunc {
 	}
 }
 
-// hostedPrecheck answers a tools/call of a hosted tool whose arguments break
-// its inputSchema with invalid params (-32602), naming the field path.
-// It also opens the caller's saved tools first (see openSaved), so that
-// mcp-go finds them in this request.
-func (s *Server) hostedPrecheck(ctx context.Context, msg message) mcp.JSONRPCMessage {
-	if msg.kind != kindRequest {
-		return nil
-	}
-	switch msg.method {
-	case string(mcp.MethodToolsList), string(mcp.MethodResourcesRead):
-		s.openSaved(ctx, s.principal(ctx))
-		return nil
-	case string(mcp.MethodToolsCall):
-		s.openSaved(ctx, s.principal(ctx))
-	default:
-		return nil
-	}
-	s.hostedMu.Lock()
-	none := len(s.hosts) == 0 && len(s.saved) == 0
-	s.hostedMu.Unlock()
-	if none {
-		return nil
-	}
-	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	}
-	if json.Unmarshal(msg.params, &p) != nil {
-		return nil
-	}
-	h := s.hostOf(ctx, p.Name)
+// checkHosted answers a call of a hosted tool whose arguments break its
+// inputSchema with invalid params (-32602), naming the field path; nil
+// for good arguments or a tool that is not hosted (step 4 of preflight).
+func (s *Server) checkHosted(ctx context.Context, id any, call toolCall) mcp.JSONRPCMessage {
+	h := s.hostOf(ctx, call.Name)
 	if h == nil {
 		return nil
 	}
 	var ae *hosted.ArgumentError
-	if err := h.Validate(p.Name, p.Arguments); errors.As(err, &ae) {
-		return mcp.NewJSONRPCError(mcp.NewRequestId(msg.id), mcp.INVALID_PARAMS, ae.Error(), map[string]any{"path": ae.Path})
+	if err := h.Validate(call.Name, call.Arguments); errors.As(err, &ae) {
+		return mcp.NewJSONRPCError(mcp.NewRequestId(id), mcp.INVALID_PARAMS, ae.Error(), map[string]any{"path": ae.Path})
 	}
 	return nil
 }
@@ -241,7 +215,7 @@ func (s *Server) handleHosted(ctx context.Context, name string, req mcp.CallTool
 		var lim *tenant.LimitError
 		switch {
 		case errors.As(err, &ae):
-			return nil, err // an in-process client that skipped hostedPrecheck
+			return nil, err // an in-process client (no preflight), or a reload changed the schema
 		case errors.As(err, &lim):
 			return mcp.NewToolResultError("Not run: " + lim.Error() + ". The tool did not start."), nil
 		}

@@ -34,9 +34,10 @@ func (s *Server) HoldHosted() (release func(error)) {
 	}
 }
 
-// waitHosted waits for the gate when msg needs the hosted tools. reply is
-// the answer when they failed to load; drop says ctx ended first (the
-// request is then not answered: the client went away or forge stops).
+// waitHosted (step 1 of preflight) waits for the gate when msg needs the
+// hosted tools. reply is the answer when they failed to load; drop says
+// ctx ended first (the request is then not answered: the client went away
+// or forge stops).
 func (s *Server) waitHosted(ctx context.Context, msg message) (reply mcp.JSONRPCMessage, drop bool) {
 	if msg.kind != kindRequest {
 		return nil, false

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"golang.org/x/net/netutil"
 
@@ -278,11 +279,12 @@ func truncate(s string, n int) string {
 
 // precheckHTTP gives every request principal p and answers POSTed messages
 // the way stdio does (HandleMessage): what is not a valid JSON-RPC message
-// gets its parse or invalid-request error here (mcp-go would call a non-object
-// a parse error and pass a request without a method as a response), a tool
-// call with malformed arguments an invalid-params error, and a response
-// (forge sends clients no requests) is accepted and ignored. Arguments that
-// decode ride along in the request's context to the handler.
+// gets its parse or invalid-request error here with status 400 (mcp-go would
+// call a non-object a parse error and pass a request without a method as a
+// response), a response (to an elicitation forge sent) is accepted (202),
+// and a request passes preflight, whose answer (status 200) replaces
+// mcp-go's. Arguments that decode ride along in the request's context to
+// the handler.
 func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, ok := r.Context().Value(principalKey{}).(engine.Principal); !ok {
@@ -305,7 +307,11 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 			return
 		}
 		msg, reply := checkMessage(body)
-		if reply == nil && msg.kind == kindResponse {
+		switch {
+		case reply != nil:
+			writeReply(w, r, http.StatusBadRequest, reply) // as mcp-go answers its own parse errors
+			return
+		case msg.kind == kindResponse:
 			// A response to a request forge sent (elicitation) goes to
 			// mcp-go, which hands it to the request waiting for it; one to
 			// nothing is dropped there. Either way it is accepted, as the
@@ -315,38 +321,30 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		status := http.StatusBadRequest // as mcp-go answers its own parse errors
-		if reply == nil {
-			var drop bool
-			if reply, drop = s.waitHosted(r.Context(), msg); drop {
-				return // the client went away, or forge stops
-			}
-			if reply != nil {
-				status = http.StatusOK
-			}
-		}
-		if reply == nil {
-			var ctx context.Context
-			ctx, reply = precheck(r.Context(), msg)
-			if hr := s.hostedPrecheck(ctx, msg); hr != nil {
-				reply = hr
-			}
-			r = r.WithContext(ctx)
-			status = http.StatusOK // a response to a valid request
-		}
-		if reply != nil {
-			w.Header().Set("Content-Type", "application/json")
-			if sid := r.Header.Get(mcpserver.HeaderKeySessionID); sid != "" {
-				w.Header().Set(mcpserver.HeaderKeySessionID, sid)
-			}
-			w.WriteHeader(status)
-			_ = json.NewEncoder(w).Encode(reply)
+		ctx, reply, drop := s.preflight(r.Context(), msg)
+		switch {
+		case drop:
+			return // the client went away, or forge stops
+		case reply != nil:
+			writeReply(w, r, http.StatusOK, reply) // a response to a valid request
 			return
 		}
+		r = r.WithContext(ctx)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 		s.markAnswered()
 	})
+}
+
+// writeReply writes forge's own JSON-RPC answer to a POSTed message, with
+// the request's session id, as mcp-go would.
+func writeReply(w http.ResponseWriter, r *http.Request, status int, reply mcp.JSONRPCMessage) {
+	w.Header().Set("Content-Type", "application/json")
+	if sid := r.Header.Get(mcpserver.HeaderKeySessionID); sid != "" {
+		w.Header().Set(mcpserver.HeaderKeySessionID, sid)
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(reply)
 }
 
 // discardWriter takes an answer nobody reads: mcp-go's to a client's

@@ -128,8 +128,74 @@ func firstByte(raw json.RawMessage) byte {
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
-// decodedArgs are the arguments of one tool call, decoded once on the way in
-// (precheck) and handed to the tool's handler through the context.
+// preflight runs the checks a request passes between checkMessage and
+// mcp-go, the same for every transport (HandleMessage and ServeStdio over
+// stdio, precheckHTTP over HTTP), in this order:
+//
+//  1. waitHosted: tools/list, tools/call, resources/list and resources/read
+//     wait while the hosted tools load, since their answers depend on them;
+//  2. openSaved: tools/list, tools/call and resources/read open the
+//     caller's saved tools, so that mcp-go finds them in this very request;
+//  3. tools/list is marked as a listing (scopeFilter filters by scope
+//     there only);
+//  4. tools/call (checkCall): params' name and arguments are decoded once;
+//     a forge tool's arguments are then decoded into their typed value,
+//     which rides along in the returned context to the handler (argsOf),
+//     and a hosted tool's are checked against its inputSchema (checkHosted).
+//     Arguments that do not fit are answered with invalid params (-32602):
+//     mcp-go would report a handler's error as an internal error.
+//
+// A reply that is not nil is the answer, and mcp-go does not see the
+// request; drop says ctx ended while it waited (the client went away or
+// forge stops), and the request gets no answer. Notifications and
+// responses pass unchecked.
+func (s *Server) preflight(ctx context.Context, msg message) (_ context.Context, reply mcp.JSONRPCMessage, drop bool) {
+	if msg.kind != kindRequest {
+		return ctx, nil, false
+	}
+	if reply, drop := s.waitHosted(ctx, msg); reply != nil || drop {
+		return ctx, reply, drop
+	}
+	switch msg.method {
+	case string(mcp.MethodToolsList):
+		s.openSaved(ctx, s.principal(ctx))
+		return context.WithValue(ctx, listingKey{}, true), nil, false
+	case string(mcp.MethodResourcesRead):
+		s.openSaved(ctx, s.principal(ctx))
+	case string(mcp.MethodToolsCall):
+		s.openSaved(ctx, s.principal(ctx))
+		return s.checkCall(ctx, msg)
+	}
+	return ctx, nil, false
+}
+
+// toolCall is what preflight reads of a tools/call's params, once: the
+// tool's name and its arguments, left raw for the tool's own decoder
+// (decodeArgs) or schema (checkHosted).
+type toolCall struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// checkCall is step 4 of preflight.
+func (s *Server) checkCall(ctx context.Context, msg message) (context.Context, mcp.JSONRPCMessage, bool) {
+	var call toolCall
+	if json.Unmarshal(msg.params, &call) != nil {
+		return ctx, nil, false // mcp-go answers a malformed params object
+	}
+	d, err := decodeArgs(call.Name, call.Arguments)
+	switch {
+	case err != nil:
+		return ctx, mcp.NewJSONRPCError(mcp.NewRequestId(msg.id), mcp.INVALID_PARAMS, err.Error(), nil), false
+	case d != nil:
+		return context.WithValue(ctx, decodedArgsKey{}, d), nil, false
+	}
+	return ctx, s.checkHosted(ctx, msg.id, call), false
+}
+
+// decodedArgs are the arguments of one call of a forge tool, decoded once
+// on the way in (preflight) and handed to the tool's handler through the
+// context.
 type decodedArgs struct {
 	tool    string
 	execute ExecuteArgs
@@ -138,34 +204,6 @@ type decodedArgs struct {
 }
 
 type decodedArgsKey struct{}
-
-// precheck decodes the arguments of a call of one of forge's tools: a
-// malformed one is answered with an invalid-params error; a good one rides
-// along in the returned context, so that the handler does not decode it
-// again.
-func precheck(ctx context.Context, msg message) (context.Context, mcp.JSONRPCMessage) {
-	if msg.kind == kindRequest && msg.method == string(mcp.MethodToolsList) {
-		return context.WithValue(ctx, listingKey{}, true), nil
-	}
-	if msg.kind != kindRequest || msg.method != string(mcp.MethodToolsCall) {
-		return ctx, nil
-	}
-	var p struct {
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
-	}
-	if json.Unmarshal(msg.params, &p) != nil {
-		return ctx, nil // mcp-go answers a malformed params object
-	}
-	d, err := decodeArgs(p.Name, p.Arguments)
-	if err != nil {
-		return ctx, mcp.NewJSONRPCError(mcp.NewRequestId(msg.id), mcp.INVALID_PARAMS, err.Error(), nil)
-	}
-	if d == nil {
-		return ctx, nil
-	}
-	return context.WithValue(ctx, decodedArgsKey{}, d), nil
-}
 
 // decodeArgs decodes the arguments of tool; nil, nil for a tool that is
 // not forge's.
@@ -188,7 +226,7 @@ func decodeArgs(tool string, raw []byte) (*decodedArgs, error) {
 	return d, nil
 }
 
-// argsOf returns the decoded arguments of req: those precheck decoded, or,
+// argsOf returns the decoded arguments of req: those preflight decoded, or,
 // for a caller that bypassed HandleMessage (an in-process client of
 // MCPServer), decoded here from mcp-go's copy of the raw arguments.
 func argsOf(ctx context.Context, req mcp.CallToolRequest) (*decodedArgs, error) {

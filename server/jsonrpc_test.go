@@ -158,16 +158,16 @@ func TestJSONRPCHTTP(t *testing.T) {
 	}
 }
 
-// TestArgumentsDecodedOnce: the handler gets the arguments precheck decoded
-// (through the context), not a second decode of mcp-go's copy.
+// TestArgumentsDecodedOnce: the handler gets the arguments preflight
+// decoded (through the context), not a second decode of mcp-go's copy.
 func TestArgumentsDecodedOnce(t *testing.T) {
 	msg, reply := checkMessage([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_python","arguments":{"code":"print(1)","timeout":2}}}`))
 	if reply != nil {
 		t.Fatalf("checkMessage: %v", reply)
 	}
-	ctx, reply := precheck(context.Background(), msg)
+	ctx, reply, _ := New(newStub(), Options{}).preflight(context.Background(), msg)
 	if reply != nil {
-		t.Fatalf("precheck: %v", reply)
+		t.Fatalf("preflight: %v", reply)
 	}
 	d := ctx.Value(decodedArgsKey{}).(*decodedArgs)
 	d.execute.Code = "decoded once" // what the handler sees if it does not decode again
@@ -176,11 +176,11 @@ func TestArgumentsDecodedOnce(t *testing.T) {
 	req.Params.RawArguments = json.RawMessage(`{"code":"print(1)"}`)
 	got, err := argsOf(ctx, req)
 	if err != nil || got.execute.Code != "decoded once" {
-		t.Errorf("argsOf: got %+v, %v; want the arguments precheck decoded", got, err)
+		t.Errorf("argsOf: got %+v, %v; want the arguments preflight decoded", got, err)
 	}
 	got, err = argsOf(context.Background(), req) // an in-process caller
 	if err != nil || got.execute.Code != "print(1)" {
-		t.Errorf("argsOf without precheck: got %+v, %v; want the raw arguments decoded", got, err)
+		t.Errorf("argsOf without preflight: got %+v, %v; want the raw arguments decoded", got, err)
 	}
 }
 

@@ -207,10 +207,9 @@ func (s *Server) MCPServer() *mcpserver.MCPServer { return s.mcp }
 
 // HandleMessage answers one JSON-RPC message for the principal in ctx (see
 // withPrincipal): what is not a valid message is answered here (see
-// checkMessage), tool calls with malformed arguments get an invalid-params
-// error (mcp-go would report a handler error as an internal error), and
-// everything else goes to mcp-go. nil means no reply (a notification or a
-// response).
+// checkMessage), then preflight's checks (tool calls with malformed
+// arguments get an invalid-params error), and everything else goes to
+// mcp-go. nil means no reply (a notification or a response).
 func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessage {
 	msg, reply := checkMessage(raw)
 	if reply != nil || msg.kind == kindResponse {
@@ -219,16 +218,11 @@ func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessa
 	return s.handle(ctx, msg, raw)
 }
 
-// handle answers a message checkMessage passed.
+// handle answers a message checkMessage passed: preflight's answer, else
+// mcp-go's.
 func (s *Server) handle(ctx context.Context, msg message, raw []byte) mcp.JSONRPCMessage {
-	if reply, drop := s.waitHosted(ctx, msg); reply != nil || drop {
-		return reply
-	}
-	if reply := s.hostedPrecheck(ctx, msg); reply != nil {
-		return reply
-	}
-	ctx, reply := precheck(ctx, msg)
-	if reply != nil {
+	ctx, reply, drop := s.preflight(ctx, msg)
+	if reply != nil || drop {
 		return reply
 	}
 	ctx, cancelled := withCancelMark(ctx)

@@ -162,7 +162,7 @@ func toolScope(name string) string {
 	return profiles.ScopeTools // hosted and other tools
 }
 
-// listingKey marks the context of a tools/list request (see precheck).
+// listingKey marks the context of a tools/list request (see preflight).
 type listingKey struct{}
 
 // scopeFilter (an mcp-go tool filter) hides from tools/list the tools whose
