@@ -214,10 +214,11 @@ type Forge struct {
 
 // ExecResult is the part of forge's ExecutionResult the tests read.
 type ExecResult struct {
-	Success   bool   `json:"success"`
-	Stdout    string `json:"stdout"`
-	Stderr    string `json:"stderr"`
-	SessionID string `json:"session_id"`
+	Success   bool     `json:"success"`
+	Stdout    string   `json:"stdout"`
+	Stderr    string   `json:"stderr"`
+	SessionID string   `json:"session_id"`
+	Notes     []string `json:"notes"`
 	Error     *struct {
 		Type, Message string
 	} `json:"error"`
