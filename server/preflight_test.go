@@ -201,7 +201,7 @@ func TestPreflightDecodesParamsOnce(t *testing.T) {
 	if err := withHosted.AttachHosted(h); err != nil {
 		t.Fatalf("AttachHosted: %v", err)
 	}
-	const n = 8 << 20
+	const n = 2 << 20
 	line := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"execute_python","arguments":{"code":"` +
 		strings.Repeat("x", n) + `","timeout":-1}}}`)
 	// The least of a few runs: other goroutines (the hosted tool's pool)
