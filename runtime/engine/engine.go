@@ -550,12 +550,17 @@ func (e *Engine) startSandboxFor(ctx context.Context, image, tenant string, bind
 	cfg.ImageID = fs.Image().ID
 	cfg.Tenant = tenant
 	cfg.Binds = binds
-	// A hosted child keeps its template's /run/forge: it gets no bridge directory.
-	if warm, ok := templateBinds(ctx); ok && e.rt.Mode() == sandbox.ModeZygote {
-		cfg.TemplateBinds, cfg.TemplateWarm = true, warm
-	}
 	var bridgeDir, sbID string
-	if (e.bridge != nil || e.egressPossible() || len(binds) > 0) && !cfg.TemplateBinds {
+	if warm, ok := templateBinds(ctx); ok {
+		// A hosted child keeps its template's /run/forge: it gets no bridge
+		// directory, unless the runtime starts a container instead.
+		cfg.TemplateBinds, cfg.TemplateWarm = true, warm
+		cfg.NewBridgeDir = func() (string, error) {
+			var err error
+			bridgeDir, err = e.newBridgeDir()
+			return bridgeDir, err
+		}
+	} else if e.bridge != nil || e.egressPossible() || len(binds) > 0 {
 		if bridgeDir, err = e.newBridgeDir(); err != nil {
 			fs.Release()
 			return nil, err

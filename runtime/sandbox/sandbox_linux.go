@@ -408,6 +408,10 @@ type Config struct {
 	// template's /run/forge, so BridgeDir is not mounted in it (no
 	// code-mode socket, no egress). In container mode it changes nothing.
 	TemplateBinds bool
+	// NewBridgeDir makes BridgeDir when a TemplateBinds sandbox starts as a
+	// container after all (sandbox.mode container, or its image has no
+	// zygote template), since Binds need one there; nil: none is made.
+	NewBridgeDir func() (string, error)
 	// TemplateWarm are more modules a TemplateBinds template imports before
 	// it forks (an absolute path goes on its sys.path): forge's own code
 	// from the binds (forge_tools), never the binds' untrusted modules,
@@ -627,6 +631,11 @@ func (r *Runtime) Start(ctx context.Context, cfg Config) (_ *Sandbox, retErr err
 			r.noZygoteFor(cfg, err)
 			r.zstat(func(z *ZygoteStats) { z.Fallbacks++ })
 			zygote = false
+		}
+	}
+	if !zygote && cfg.BridgeDir == "" && cfg.NewBridgeDir != nil {
+		if cfg.BridgeDir, err = cfg.NewBridgeDir(); err != nil {
+			return nil, fmt.Errorf("bridge directory of a container for binds: %w", err)
 		}
 	}
 	if !zygote {

@@ -45,8 +45,35 @@ func TestZygoteWithoutHelper(t *testing.T) {
 			t.Errorf("sandbox %d: its pid 1's parent is %d, want forge (%d): a container, not a template's child", i, p, os.Getpid())
 		}
 	}
-	if st := rt.ZygoteStats(); st.Templates != 0 || st.Forks != 0 || st.Fallbacks != 3 || st.UnavailableImages != 1 {
-		t.Errorf("stats %+v, want no template, no fork, 3 fallbacks, 1 image unavailable", st)
+	// A sandbox meant to fork from a binds template (a hosted tool call)
+	// starts as a container too, with its binds in a bridge directory made
+	// for it (Config.NewBridgeDir).
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "tools.py"), []byte("X = 42\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var made string
+	sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits,
+		Binds: []sandbox.Bind{{Source: src, Name: "tools"}}, TemplateBinds: true,
+		NewBridgeDir: func() (string, error) {
+			made = filepath.Join(t.TempDir(), "bridge")
+			return made, os.Mkdir(made, 0o711)
+		}})
+	if err != nil {
+		t.Fatalf("Start of a binds sandbox without the helper: %v", err)
+	}
+	t.Cleanup(func() { sb.Destroy() })
+	if made == "" || sb.BridgeDir() != made {
+		t.Errorf("bridge directory %q, want the one NewBridgeDir made (%q)", sb.BridgeDir(), made)
+	}
+	if got := execOK(t, sb, "print(open('/run/forge/tools/tools.py').read().strip())"); got != "X = 42" {
+		t.Errorf("the bind read %q, want its file", got)
+	}
+	if st := rt.ZygoteStats(); st.Templates != 0 || st.Forks != 0 || st.Fallbacks != 4 || st.UnavailableImages != 1 {
+		t.Errorf("stats %+v, want no template, no fork, 4 fallbacks, 1 image unavailable", st)
 	}
 	out := logs.String()
 	if n := strings.Count(out, "level=WARN"); n != 1 || !strings.Contains(out, `msg="zygote mode unavailable for this image`) {
