@@ -8,8 +8,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -33,8 +35,17 @@ type densityReport struct {
 	CreateMeanMS        float64 `json:"create_mean_ms"`
 	LaterCallP50MS      float64 `json:"later_call_p50_ms"`
 	LaterCallP95MS      float64 `json:"later_call_p95_ms"`
-	BareP50MS           float64 `json:"bare_p50_ms"`
-	StopMS              float64 `json:"stop_ms"`
+	// LaterExecP50MS is the p50 of the later calls' execution_time_ms:
+	// the agent's side (thaw to answer, the code included); the rest of
+	// a call is forge's own.
+	LaterExecP50MS float64 `json:"later_exec_p50_ms"`
+	// CPU time per later call, whoever spent it: forge's process (user +
+	// system) and the sandboxes of the private parent cgroup. Wall time
+	// on a shared host moves with its load; these do not.
+	LaterForgeCPUMS   float64 `json:"later_forge_cpu_ms"`
+	LaterSandboxCPUMS float64 `json:"later_sandbox_cpu_ms"`
+	BareP50MS         float64 `json:"bare_p50_ms"`
+	StopMS            float64 `json:"stop_ms"`
 }
 
 // benchDensity creates n sessions one after another in a private parent
@@ -73,8 +84,13 @@ func benchDensity(ctx context.Context, g *globals, cfg *profiles.Config, py, ima
 	for i := range ids {
 		ids[i] = fmt.Sprintf("density-%d-%d", os.Getpid(), i)
 	}
+	var execMS []float64 // of the later calls
 	call := func(id, code string) error {
-		return runDensity(ctx, eng, engine.Request{Principal: engine.LocalPrincipal, SessionID: id, Image: image, Client: "bench", Code: code})
+		ms, err := runDensity(ctx, eng, engine.Request{Principal: engine.LocalPrincipal, SessionID: id, Image: image, Client: "bench", Code: code})
+		if err == nil && code == check {
+			execMS = append(execMS, ms)
+		}
+		return err
 	}
 	// One session first, untimed: the image's template exists before the
 	// baseline is read.
@@ -101,8 +117,18 @@ func benchDensity(ctx context.Context, g *globals, cfg *profiles.Config, py, ima
 	if err == nil {
 		rep.MemoryPerSessionMiB = float64(after-before) / float64(n) / (1 << 20)
 	}
-	later := measure(min(max(n, 200), 1000), func() error { return call(ids[rand.IntN(n)], check) })
+	calls := min(max(n, 200), 1000)
+	cpu0, sbCPU0 := processCPU(), parentCPU(parent)
+	later := measure(calls, func() error { return call(ids[rand.IntN(n)], check) })
+	// The last calls' pauses come after their answers: let them happen.
+	time.Sleep(100 * time.Millisecond)
+	rep.LaterForgeCPUMS = float64((processCPU() - cpu0).Microseconds()) / 1000 / float64(calls)
+	rep.LaterSandboxCPUMS = float64((parentCPU(parent) - sbCPU0).Microseconds()) / 1000 / float64(calls)
 	rep.LaterCallP50MS, rep.LaterCallP95MS = later.P50MS, later.P95MS
+	if len(execMS) > 0 {
+		slices.Sort(execMS)
+		rep.LaterExecP50MS = execMS[len(execMS)/2]
+	}
 	rep.Failures += later.Failures
 	stop := time.Now()
 	if err := eng.Close(time.Second); err != nil {
@@ -112,15 +138,32 @@ func benchDensity(ctx context.Context, g *globals, cfg *profiles.Config, py, ima
 	return rep.print(g.stdout, asJSON)
 }
 
-func runDensity(ctx context.Context, eng *engine.Engine, req engine.Request) error {
+// processCPU is the CPU time forge's process has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// parentCPU is the CPU time of the sandboxes below parent so far (0 when it
+// cannot be read).
+func parentCPU(parent string) time.Duration {
+	d, _ := sandbox.ParentCPU(parent)
+	return d
+}
+
+// runDensity runs one call and returns its execution_time_ms.
+func runDensity(ctx context.Context, eng *engine.Engine, req engine.Request) (float64, error) {
 	res, err := eng.Execute(ctx, req)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !res.Success {
-		return fmt.Errorf("session %s: %+v", req.SessionID, res.Error)
+		return 0, fmt.Errorf("session %s: %+v", req.SessionID, res.Error)
 	}
-	return nil
+	return res.ExecutionTimeMS, nil
 }
 
 func (r densityReport) print(w io.Writer, asJSON bool) error {
@@ -139,6 +182,8 @@ func (r densityReport) print(w io.Writer, asJSON bool) error {
 	fmt.Fprintf(tw, "host memory per session (MiB; bare: RSS)\t%.2f\t%.2f\t%s\n", r.MemoryPerSessionMiB, r.BareRSSMiB, ratio(r.MemoryPerSessionMiB, r.BareRSSMiB))
 	fmt.Fprintf(tw, "creation per session, p50 ms (mean %.2f)\t%.2f\t%.2f\t%s\n", r.CreateMeanMS, r.CreateP50MS, r.BareP50MS, ratio(r.CreateP50MS, r.BareP50MS))
 	fmt.Fprintf(tw, "later call, p50 ms (p95 %.2f)\t%.2f\t%.2f\t%s\n", r.LaterCallP95MS, r.LaterCallP50MS, r.BareP50MS, ratio(r.LaterCallP50MS, r.BareP50MS))
+	fmt.Fprintf(tw, "  of which the agent's exec, p50 ms\t%.2f\t\t\n", r.LaterExecP50MS)
+	fmt.Fprintf(tw, "  CPU per call, ms: forge's process, sandboxes\t%.2f, %.2f\t\t\n", r.LaterForgeCPUMS, r.LaterSandboxCPUMS)
 	fmt.Fprintf(tw, "stop, destroying all (ms)\t%.0f\t\t\n", r.StopMS)
 	return tw.Flush()
 }

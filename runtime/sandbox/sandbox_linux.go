@@ -957,8 +957,31 @@ func (s *Sandbox) Alive() bool {
 	}
 }
 
+// Frozen reports whether the sandbox's cgroup is frozen, as the kernel says
+// (not Pause's bookkeeping): a session's sandbox is frozen moments after
+// each call (runtime/session, settle.go), which tests check here.
+func (s *Sandbox) Frozen() (bool, error) {
+	if s.rt.noCgroups || s.cgm == nil {
+		return false, ErrNoCgroup
+	}
+	st, err := s.cgm.GetFreezerState()
+	if err != nil {
+		return false, fmt.Errorf("reading the freezer state of sandbox %s: %w", s.id, err)
+	}
+	return st == occgroups.Frozen, nil
+}
+
 // Pause freezes every process of the sandbox; pausing a paused sandbox is a no-op.
-func (s *Sandbox) Pause() error {
+func (s *Sandbox) Pause() error { return s.pause(freezeSpins) }
+
+// PauseIdle is Pause for callers off a request's path (a session's sandbox
+// after its call was answered): a zygote child's freeze is waited for by
+// sleeping from the first round instead of spinning. Spinning only shortens
+// a wait nobody is waiting for here, with cycles the sandboxes answering
+// other calls need.
+func (s *Sandbox) PauseIdle() error { return s.pause(0) }
+
+func (s *Sandbox) pause(spins int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.destroyed {
@@ -974,7 +997,7 @@ func (s *Sandbox) Pause() error {
 		s.paused = true
 		return nil
 	}
-	if err := s.freezeLocked(); err != nil {
+	if err := s.freezeLocked(spins); err != nil {
 		return fmt.Errorf("pausing sandbox %s: %w", s.id, err)
 	}
 	s.paused = true
@@ -988,11 +1011,11 @@ func (s *Sandbox) Pause() error {
 // thaws the cgroup after each failed attempt, so retrying is safe.
 const freezeTries = 10
 
-func (s *Sandbox) freezeLocked() error {
+func (s *Sandbox) freezeLocked(spins int) error {
 	var err error
 	for i := 0; i < freezeTries; i++ {
 		if s.child != nil {
-			if err = s.child.setFreezer(occgroups.Frozen); err == nil {
+			if err = s.child.freeze(spins); err == nil {
 				return nil
 			}
 			if !s.Alive() {

@@ -296,12 +296,11 @@ type zchild struct {
 
 // setFreezer freezes (freezeChild) or thaws the child's cgroup.
 func (k *zchild) setFreezer(st occgroups.FreezerState) error {
+	if st == occgroups.Frozen {
+		return k.freeze(freezeSpins)
+	}
 	k.cgmu.Lock()
 	defer k.cgmu.Unlock()
-	if st == occgroups.Frozen {
-		k.frozen = true // even a failed freeze may leave it frozen
-		return freezeChild(k.s.cgm)
-	}
 	if !k.frozen {
 		return nil
 	}
@@ -310,6 +309,15 @@ func (k *zchild) setFreezer(st occgroups.FreezerState) error {
 	}
 	k.frozen = false
 	return nil
+}
+
+// freeze freezes the child's cgroup, spinning spins rounds at most before
+// it sleeps (freezeChild).
+func (k *zchild) freeze(spins int) error {
+	k.cgmu.Lock()
+	defer k.cgmu.Unlock()
+	k.frozen = true // even a failed freeze may leave it frozen
+	return freezeChild(k.s.cgm, spins)
 }
 
 // setResources sets the child's cgroup limits.
@@ -1615,14 +1623,15 @@ func (k *zchild) kill(sig unix.Signal) error {
 // took 6.7 ms p50 at load 5), on the cores those tasks need. Here the
 // first rounds only yield the processor (an idle child's tasks freeze within
 // a few of them: a sleep, even of 50 µs, costs about a millisecond when Go's
-// timers have to wake an idle thread, and a session call pauses its sandbox
-// before it answers); then the wait sleeps, from 50 µs up, for at most
-// about 200 ms, as libcontainer's 1000 rounds; then it thaws and fails, as
-// libcontainer does (freezeLocked retries).
+// timers have to wake an idle thread, and callers of Pause wait for it);
+// then the wait sleeps, from 50 µs up, for at most about 200 ms, as
+// libcontainer's 1000 rounds; then it thaws and fails, as libcontainer does
+// (freezeLocked retries). A pause off the request's path (PauseIdle: a
+// session's sandbox, after the answer) sleeps from the first round.
 // freezeSpins is how many rounds freezeChild takes before it sleeps.
 const freezeSpins = 20
 
-func freezeChild(m occgroups.Manager) error {
+func freezeChild(m occgroups.Manager, spins int) error {
 	if occgroups.IsCgroup2UnifiedMode() {
 		return m.Freeze(occgroups.Frozen)
 	}
@@ -1650,7 +1659,7 @@ func freezeChild(m occgroups.Manager) error {
 			_ = occgroups.WriteFile(dir, "freezer.state", string(occgroups.Thawed))
 			return errors.New("unable to freeze")
 		}
-		if round < freezeSpins {
+		if round < spins {
 			runtime.Gosched()
 			continue
 		}

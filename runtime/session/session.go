@@ -12,6 +12,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -164,6 +165,8 @@ type Manager struct {
 	sessions map[key]*Session // in this process (active or being brought up)
 	closed   bool
 
+	settleDelay time.Duration // settle.go: settleDelay, tests set another
+
 	census census       // hibernated sessions on disk, for metrics
 	live   atomic.Int64 // sessions with a sandbox (setSandbox): O(1) for reserve and Live
 }
@@ -182,6 +185,13 @@ type Session struct {
 	// fresh: created by this process and never started; Call removes it
 	// again if its first sandbox fails to start.
 	fresh bool
+	// After a call (settle.go): the timer that pauses the sandbox once
+	// the call is answered; metaStale: meta.json lacks only the last
+	// calls' activity (LastActive, VariableCount), which the reaper
+	// writes; written: durableMeta of what this process last wrote.
+	settle    *time.Timer
+	metaStale bool
+	written   []byte
 }
 
 var idRE = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
@@ -213,7 +223,7 @@ func NewManager(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating sessions dir: %w", err)
 	}
-	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[key]*Session)}
+	m := &Manager{opts: opts, log: opts.Logger, stop: make(chan struct{}), sessions: make(map[key]*Session), settleDelay: settleDelay}
 	if opts.IdleTimeout > 0 {
 		m.reaped.Add(1)
 		go m.reaper()
@@ -268,14 +278,23 @@ func (m *Manager) Call(ctx context.Context, owner, id, image string, create bool
 	}
 	ferr := f(s.sb, &s.meta)
 	s.meta.LastActive = time.Now().UTC()
-	if !s.sb.Alive() {
+	var durable []byte
+	switch {
+	case !s.sb.Alive():
 		s.dropSandboxLocked(s.sb.DeathReason())
-	} else if m.opts.Checkpoint {
+	case m.opts.Checkpoint:
+		// Saved, paused and written before the answer: a replica that
+		// takes the session over restores what was answered.
 		notes = append(notes, s.checkpointLocked(ctx)...)
-	} else if err := s.sb.Pause(); err != nil {
-		m.log.Warn("pausing session sandbox", "session", id, "err", err)
+	default:
+		// Answered first, paused moments later (settle.go).
+		s.settleLaterLocked()
+		if durable = durableMeta(&s.meta); durable != nil && bytes.Equal(durable, s.written) {
+			s.metaStale = true // only the activity changed: the reaper writes it
+			return notes, ferr
+		}
 	}
-	if err := s.saveLocked(); err != nil {
+	if err := s.saveLockedAs(durable); err != nil {
 		m.log.Warn("saving session metadata", "session", id, "err", err)
 	}
 	return notes, ferr
@@ -583,7 +602,21 @@ func dropSaved(dir string) {
 	os.RemoveAll(filepath.Join(dir, ".save"))
 }
 
-func (s *Session) saveLocked() error { return writeMeta(s.dir(), &s.meta) }
+func (s *Session) saveLocked() error { return s.saveLockedAs(nil) }
+
+// saveLockedAs writes meta.json; durable is durableMeta(&s.meta) when the
+// caller has it already.
+func (s *Session) saveLockedAs(durable []byte) error {
+	if err := writeMeta(s.dir(), &s.meta); err != nil {
+		s.written = nil // unknown: the next call writes again
+		return err
+	}
+	if durable == nil {
+		durable = durableMeta(&s.meta)
+	}
+	s.written, s.metaStale = durable, false
+	return nil
+}
 
 func readMeta(dir string) (*Meta, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
@@ -710,6 +743,9 @@ func (s *Session) saveStateLocked(ctx context.Context, dir string) error {
 func (m *Manager) release(s *Session) {
 	m.census.invalidate() // hibernated or destroyed
 	s.gone = true
+	if s.settle != nil {
+		s.settle.Stop()
+	}
 	m.mu.Lock()
 	if m.sessions[s.key()] == s {
 		delete(m.sessions, s.key())
@@ -933,6 +969,8 @@ func (m *Manager) reap() {
 			m.log.Info("session reached its maximum lifetime; destroyed", "session", id)
 		case s.sb != nil && idle > m.opts.IdleTimeout:
 			m.idleOut(s)
+		case s.metaStale:
+			s.flushMetaLocked() // the last calls' activity (settle.go)
 		}
 		s.mu.Unlock()
 	}

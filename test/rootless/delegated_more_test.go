@@ -63,9 +63,9 @@ func delegatedSession(t *testing.T, u *user, dir string) {
 		}
 	})
 	t.Run("Pause", func(t *testing.T) {
-		if ev := readCgroup(t, filepath.Join(sb, "cgroup.events")); cgroupKey(ev, "frozen") != 1 {
-			t.Errorf("the session's sandbox between calls is not frozen; cgroup.events:\n%s", ev)
-		}
+		// Frozen moments after the answer (runtime/session settle.go), not before it.
+		frozen := func() bool { return cgroupKey(readCgroup(t, filepath.Join(sb, "cgroup.events")), "frozen") == 1 }
+		testutil.Eventually(t, 2*time.Second, "the session's sandbox frozen between calls (cgroup.events)", frozen)
 		res := call(t, c, "execute_python", map[string]any{"code": "x + 1", "session_id": "cg"})
 		if fmt.Sprint(res["result"]) != "42" {
 			t.Errorf("the resumed session: %v", res)
@@ -73,9 +73,7 @@ func delegatedSession(t *testing.T, u *user, dir string) {
 		if got := sandboxCgroup(t, filepath.Join(dir, "forge")); got != sb {
 			t.Errorf("the session's sandbox changed: %s, then %s", sb, got)
 		}
-		if ev := readCgroup(t, filepath.Join(sb, "cgroup.events")); cgroupKey(ev, "frozen") != 1 {
-			t.Errorf("the session's sandbox after its second call is not frozen; cgroup.events:\n%s", ev)
-		}
+		testutil.Eventually(t, 2*time.Second, "the session's sandbox frozen after its second call (cgroup.events)", frozen)
 	})
 }
 
