@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +31,8 @@ func TestStatusOf(t *testing.T) {
 		{"busy", refused(engine.RefusedBusy), http.StatusServiceUnavailable, 1},
 		{"invalid", refused(engine.RefusedInvalid), http.StatusBadRequest, 0},
 		{"closed", fmt.Errorf("x: %w", engine.ErrClosed), http.StatusServiceUnavailable, 0},
+		{"storage full", fmt.Errorf("session: %w", &os.PathError{Op: "write", Path: "/s/meta.json", Err: syscall.ENOSPC}), http.StatusInsufficientStorage, 0},
+		{"quota", fmt.Errorf("x: %w", syscall.EDQUOT), http.StatusInsufficientStorage, 0},
 		{"forge's own failure", errors.New("disk on fire"), 0, 0},
 	} {
 		if s, r := StatusOf(c.err); s != c.status || r != c.retry {
