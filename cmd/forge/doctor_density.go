@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcp-forge/forge/profiles"
 	"github.com/mcp-forge/forge/runtime/engine"
+	"github.com/mcp-forge/forge/runtime/sandbox"
 	"github.com/mcp-forge/forge/runtime/session"
 )
 
@@ -28,8 +29,8 @@ func densityCheck(cfg *profiles.Config) check {
 		name string
 	}
 	caps := []cap{{int64(cfg.Sessions.MaxConcurrent), "sessions.max_concurrent"}}
-	if cfg.Security.UIDMapSize > 0 {
-		caps = append(caps, cap{int64(cfg.Security.UIDRangeSize / cfg.Security.UIDMapSize), "id blocks (security.uid_range_size / security.uid_map_size)"})
+	if n, name := idBlockSessions(cfg); n > 0 {
+		caps = append(caps, cap{n, name})
 	}
 	if parent.MemoryBytes > 0 {
 		caps = append(caps, cap{(parent.MemoryBytes - session.NewSessionRoom) / sessionCostBytes, "limits.memory at ~6 MiB a session"})
@@ -44,4 +45,23 @@ func densityCheck(cfg *profiles.Config) check {
 	}
 	return check{Name: "live sessions", Found: true, Disables: "more live sessions than the first limit: the next is refused at once, naming it",
 		Detail: fmt.Sprintf("at most %d (%s); then %s", caps[0].n, caps[0].name, strings.Join(parts[1:], ", "))}
+}
+
+// idBlockSessions is how many live sessions the host id range holds: a
+// block of security.uid_map_size ids per sandbox, and in zygote mode one
+// more per template of sandbox.zygote_slots children (each template leases
+// zygote_slots+1 blocks). Smaller blocks hold more: security.uid_map_size
+// 16384 makes the default range hold 16,384 blocks (15,872 zygote
+// children) instead of 4,096 (3,968).
+func idBlockSessions(cfg *profiles.Config) (int64, string) {
+	s := cfg.Security
+	if s.UIDMapSize == 0 {
+		return 0, ""
+	}
+	blocks := int64(s.UIDRangeSize / s.UIDMapSize)
+	if slots := int64(cfg.Sandbox.ZygoteSlots); cfg.Sandbox.Mode == string(sandbox.ModeZygote) && slots > 0 {
+		return blocks / (slots + 1) * slots, fmt.Sprintf("id blocks (%d of security.uid_map_size %d ids in security.uid_range_size; a zygote template takes sandbox.zygote_slots+1 = %d for %d children)",
+			blocks, s.UIDMapSize, slots+1, slots)
+	}
+	return blocks, fmt.Sprintf("id blocks (%d of security.uid_map_size %d ids in security.uid_range_size)", blocks, s.UIDMapSize)
 }

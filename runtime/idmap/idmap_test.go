@@ -469,3 +469,38 @@ func TestAwaitReclaim(t *testing.T) {
 		})
 	}
 }
+
+// TestMoreThan4096Blocks: the default range cut into blocks of 16384 ids
+// (security.uid_map_size) leases 16,384 disjoint blocks, enough for 5,000
+// live sessions and their zygote templates; with 65536 ids it stops at
+// 4,096, naming the settings.
+func TestMoreThan4096Blocks(t *testing.T) {
+	for _, tc := range []struct {
+		block uint32
+		want  int
+	}{{65536, 4096}, {16384, 16384}} {
+		t.Run(fmt.Sprint(tc.block), func(t *testing.T) {
+			dir := t.TempDir()
+			a, err := idmap.New(idmap.Options{StateDir: dir, BlockSize: tc.block, EtcDir: emptyEtc(dir), ProcDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			var prev idmap.Range
+			for i := range tc.want {
+				l, err := a.Allocate()
+				if err != nil {
+					t.Fatalf("lease %d of %d: %v", i+1, tc.want, err)
+				}
+				r := l.Range()
+				if r.Size != tc.block || (i > 0 && r.Start != prev.Start+tc.block) || !a.Reserved().Contains(r.Start) {
+					t.Fatalf("lease %d: %s after %s, want the next block of %d ids in %s", i+1, r, prev, tc.block, a.Reserved())
+				}
+				prev = r
+			}
+			if _, err := a.Allocate(); !errors.Is(err, idmap.ErrExhausted) || !strings.Contains(err.Error(), "security.uid") {
+				t.Errorf("lease %d: got %v, want ErrExhausted naming the settings", tc.want+1, err)
+			}
+		})
+	}
+}
