@@ -254,7 +254,8 @@ func (s *Session) dir() string { return s.m.dir(s.key()) }
 // Call runs f with the session id locked and its sandbox running: created
 // on first use (create must be true), brought back from hibernation, or
 // started fresh after it was lost (notes say so). After f the sandbox is
-// paused again, or dropped if it died.
+// dropped if it died, else paused again once Call has returned (settle.go;
+// before it returns in cluster mode, which checkpoints every call).
 func (m *Manager) Call(ctx context.Context, owner, id, image string, create bool, f func(*sandbox.Sandbox, *Meta) error) (notes []string, err error) {
 	if err := ValidID(id); err != nil {
 		return nil, err
