@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -112,19 +111,8 @@ func TestJSONRPCStdio(t *testing.T) {
 // within an initialized MCP session, and expects the answers of stdio.
 func TestJSONRPCHTTP(t *testing.T) {
 	h, _ := New(newStub(), Options{InsecureNoAuth: true}).HTTPHandler()
-	post := func(body, sid string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+EndpointPath, strings.NewReader(body))
-		r.Header.Set("Content-Type", "application/json")
-		r.Header.Set("Accept", "application/json, text/event-stream")
-		if sid != "" {
-			r.Header.Set(mcpserver.HeaderKeySessionID, sid)
-			r.Header.Set("MCP-Protocol-Version", "2025-06-18")
-		}
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
-	}
-	w := post(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`, "")
+	post := mcpPoster(h)
+	w := post(initializeLine, "")
 	sid := w.Header().Get(mcpserver.HeaderKeySessionID)
 	if w.Code != http.StatusOK || sid == "" {
 		t.Fatalf("initialize: %d %s, session %q", w.Code, w.Body, sid)

@@ -137,13 +137,10 @@ func stdioAnswers(t *testing.T, s *Server, lines []string) map[string]map[string
 	return answers
 }
 
-// httpSession initializes an MCP session of s's HTTP transport and returns
-// a func that posts one line in it and returns the answer with id: the
-// body itself, or the event of an SSE stream that carries it.
-func httpSession(t *testing.T, s *Server) func(line, id string) map[string]any {
-	t.Helper()
-	h, _ := s.HTTPHandler()
-	post := func(line, sid string) *httptest.ResponseRecorder {
+// mcpPoster posts a line to h's MCP endpoint, in the MCP session sid
+// unless it is "" (initialize), and returns the answer.
+func mcpPoster(h http.Handler) func(line, sid string) *httptest.ResponseRecorder {
+	return func(line, sid string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(http.MethodPost, "http://127.0.0.1"+EndpointPath, strings.NewReader(line))
 		r.Header.Set("Content-Type", "application/json")
 		r.Header.Set("Accept", "application/json, text/event-stream")
@@ -155,6 +152,15 @@ func httpSession(t *testing.T, s *Server) func(line, id string) map[string]any {
 		h.ServeHTTP(w, r)
 		return w
 	}
+}
+
+// httpSession initializes an MCP session of s's HTTP transport and returns
+// a func that posts one line in it and returns the answer with id: the
+// body itself, or the event of an SSE stream that carries it.
+func httpSession(t *testing.T, s *Server) func(line, id string) map[string]any {
+	t.Helper()
+	h, _ := s.HTTPHandler()
+	post := mcpPoster(h)
 	w := post(initializeLine, "")
 	sid := w.Header().Get(mcpserver.HeaderKeySessionID)
 	if w.Code != http.StatusOK || sid == "" {

@@ -5,7 +5,6 @@ package k8s
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -26,21 +25,7 @@ const sharedDir = "/var/lib/forge-shared"
 // volume.
 func holder(t testing.TB, sid string) string {
 	t.Helper()
-	m, _ := filepath.Glob(filepath.Join(sharedDir, "sessions", "*", sid, "meta.json"))
-	m2, _ := filepath.Glob(filepath.Join(sharedDir, "sessions", ".principals", "*", sid, "meta.json"))
-	m = append(m, m2...)
-	if len(m) != 1 {
-		t.Fatalf("session %s: %d records in %s", sid, len(m), sharedDir)
-	}
-	b, err := os.ReadFile(m[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var meta struct{ Member string }
-	if err := json.Unmarshal(b, &meta); err != nil {
-		t.Fatal(err)
-	}
-	return meta.Member
+	return sessionMeta(t, sharedDir, sid).Member
 }
 
 // forgePid is the host pid of pod name's forge: the process that is pid 1
