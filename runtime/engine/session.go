@@ -86,7 +86,7 @@ func (e *Engine) HibernateSession(ctx context.Context, p Principal, id string) e
 
 // WithSession runs f with the running sandbox of p's existing session id,
 // locked for f's duration (brought back from hibernation first); the
-// sandbox is paused again after f. Faces that drive the sandbox themselves
+// sandbox is paused again shortly after f returns (session.Manager.Call). Faces that drive the sandbox themselves
 // (the E2B face's commands and files) use it.
 func (e *Engine) WithSession(ctx context.Context, p Principal, id string, f func(*sandbox.Sandbox) error) error {
 	if err := p.check(); err != nil {
