@@ -304,10 +304,13 @@ func TestHelloTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			log.reset()
 			c := l.dial(t)
+			// Timed from before the CONNECT: the proxy's hello deadline
+			// starts when it has answered it, a moment before the client
+			// reads the answer.
+			start := time.Now()
 			if got := connect(t, c, fmt.Sprintf("localhost:%d", target.port)); got != "HTTP/1.1 200 Connection established" {
 				t.Fatalf("CONNECT: %q", got)
 			}
-			start := time.Now()
 			c.Write([]byte(tc.burst))
 			stop := make(chan struct{})
 			defer close(stop)
