@@ -176,6 +176,11 @@ type Session struct {
 	m *Manager
 
 	sbSet atomic.Bool // sb != nil, readable without mu
+	// seen is what List shows of this session while another holds mu (a
+	// call, or the pause after one: settle.go): the session as its last
+	// call left it, which meta.json then lacks. nil when meta.json is
+	// current.
+	seen atomic.Pointer[seenInfo]
 
 	mu   sync.Mutex // one call at a time; guards everything below
 	meta Meta
@@ -292,6 +297,7 @@ func (m *Manager) Call(ctx context.Context, owner, id, image string, create bool
 		s.settleLaterLocked()
 		if durable = durableMeta(&s.meta); durable != nil && bytes.Equal(durable, s.written) {
 			s.metaStale = true // only the activity changed: the reaper writes it
+			s.seen.Store(&seenInfo{info: s.briefLocked(), sb: s.sb})
 			return notes, ferr
 		}
 	}
@@ -616,6 +622,7 @@ func (s *Session) saveLockedAs(durable []byte) error {
 		durable = durableMeta(&s.meta)
 	}
 	s.written, s.metaStale = durable, false
+	s.seen.Store(nil)
 	return nil
 }
 
@@ -899,6 +906,9 @@ func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
 		if live && s.mu.TryLock() {
 			info = s.infoLocked()
 			s.mu.Unlock()
+		} else if sn := seenOf(s, live); sn != nil {
+			info = sn.info
+			info.MemoryBytes = memoryOf(sn.sb)
 		} else {
 			meta, err := readMeta(m.dir(k))
 			if err != nil {
@@ -917,14 +927,41 @@ func (m *Manager) List(ctx context.Context, owner string) ([]Info, error) {
 }
 
 func (s *Session) infoLocked() Info {
-	info := Info{ID: s.meta.ID, Image: s.meta.Image, Created: s.meta.Created, LastActive: s.meta.LastActive,
-		Status: s.meta.Status, VariableCount: s.meta.VariableCount}
-	if s.sb != nil {
-		if mem, err := s.sb.MemoryCurrent(); err == nil {
-			info.MemoryBytes = mem
-		}
-	}
+	info := s.briefLocked()
+	info.MemoryBytes = memoryOf(s.sb)
 	return info
+}
+
+// briefLocked is infoLocked without the memory, which takes a read of the
+// sandbox's cgroup.
+func (s *Session) briefLocked() Info {
+	return Info{ID: s.meta.ID, Image: s.meta.Image, Created: s.meta.Created, LastActive: s.meta.LastActive,
+		Status: s.meta.Status, VariableCount: s.meta.VariableCount}
+}
+
+// seenInfo is a session as its last call left it (Session.seen).
+type seenInfo struct {
+	info Info
+	sb   *sandbox.Sandbox // its memory is read when listed
+}
+
+func seenOf(s *Session, live bool) *seenInfo {
+	if !live {
+		return nil
+	}
+	return s.seen.Load()
+}
+
+// memoryOf is sb's memory charge, 0 without a sandbox or when it is gone.
+func memoryOf(sb *sandbox.Sandbox) uint64 {
+	if sb == nil {
+		return 0
+	}
+	mem, err := sb.MemoryCurrent()
+	if err != nil {
+		return 0
+	}
+	return mem
 }
 
 // reaper hibernates sessions idle past the timeout and deletes those past

@@ -141,3 +141,37 @@ func TestSessionFrozenAfterCall(t *testing.T) {
 		return err == nil && !disk.LastActive.Before(before) && disk.Status == session.Active
 	})
 }
+
+// TestListWhileLocked: a session whose lock a call holds is listed as its
+// last call left it (variables, memory), not as meta.json has it, which
+// lacks the activity of calls answered before the pause (settle.go).
+func TestListWhileLocked(t *testing.T) {
+	m := manager(t, time.Hour, 0)
+	run(t, m, "l", "x = 1", nil)
+	run(t, m, "l", "y = 2", nil) // activity only: meta.json is not rewritten
+	if disk, err := session.MetaOnDisk(m, "local", "l"); err != nil || disk.VariableCount == 2 {
+		t.Fatalf("meta.json: %+v %v, want it without the calls' activity (settle.go)", disk, err)
+	}
+	held, free := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Call(context.Background(), "local", "l", "img", false, func(*sandbox.Sandbox, *session.Meta) error {
+			close(held)
+			<-free
+			return nil
+		})
+		done <- err
+	}()
+	<-held
+	list, err := m.List(context.Background(), "local")
+	close(free)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List: %+v %v", list, err)
+	}
+	if got := list[0]; got.VariableCount != 2 || got.MemoryBytes == 0 {
+		t.Errorf("listed while a call held it: %+v, want the last call's 2 variables and its memory", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
