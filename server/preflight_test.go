@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -119,7 +122,27 @@ func stdioAnswers(t *testing.T, s *Server, lines []string) map[string]map[string
 	t.Helper()
 	in := initializeLine + "\n" + `{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" + strings.Join(lines, "\n") + "\n"
 	out := &testutil.LogBuffer{}
-	if err := s.ServeStdio(t.Context(), strings.NewReader(in), out); err != nil {
+	// stdin stays open until every line is answered: at its end forge
+	// drains, and a call read just before may find it stopping.
+	var ids []string
+	for _, l := range lines {
+		var m struct{ ID any }
+		if json.Unmarshal([]byte(l), &m) == nil && m.ID != nil {
+			ids = append(ids, fmt.Sprintf(`"id":%q`, m.ID))
+		}
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write([]byte(in))
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			got := out.String()
+			if !slices.ContainsFunc(ids, func(id string) bool { return !strings.Contains(got, id) }) {
+				break
+			}
+		}
+		pw.Close()
+	}()
+	if err := s.ServeStdio(t.Context(), pr, out); err != nil {
 		t.Fatalf("ServeStdio: %v", err)
 	}
 	answers := map[string]map[string]any{}
