@@ -191,12 +191,11 @@ type Session struct {
 	// again if its first sandbox fails to start.
 	fresh bool
 	// After a call (settle.go): the timer that pauses the sandbox once
-	// the call is answered; metaStale: meta.json lacks only the last
-	// calls' activity (LastActive, VariableCount), which the reaper
-	// writes; written: durableMeta of what this process last wrote.
-	settle    *time.Timer
-	metaStale bool
-	written   []byte
+	// the call is answered; written: durableMeta of what this process
+	// last wrote. While seen is set, meta.json lacks only the last calls'
+	// activity (LastActive, VariableCount), which the reaper writes.
+	settle  *time.Timer
+	written []byte
 }
 
 var idRE = lazyre.New(`^[A-Za-z0-9_-]{1,64}$`)
@@ -296,7 +295,7 @@ func (m *Manager) Call(ctx context.Context, owner, id, image string, create bool
 		// Answered first, paused moments later (settle.go).
 		s.settleLaterLocked()
 		if durable = durableMeta(&s.meta); durable != nil && bytes.Equal(durable, s.written) {
-			s.metaStale = true // only the activity changed: the reaper writes it
+			// Only the activity changed: the reaper writes it.
 			s.seen.Store(&seenInfo{info: s.briefLocked(), sb: s.sb})
 			return notes, ferr
 		}
@@ -621,8 +620,8 @@ func (s *Session) saveLockedAs(durable []byte) error {
 	if durable == nil {
 		durable = durableMeta(&s.meta)
 	}
-	s.written, s.metaStale = durable, false
-	s.seen.Store(nil)
+	s.written = durable
+	s.seen.Store(nil) // meta.json is current
 	return nil
 }
 
@@ -1007,7 +1006,7 @@ func (m *Manager) reap() {
 			m.log.Info("session reached its maximum lifetime; destroyed", "session", id)
 		case s.sb != nil && idle > m.opts.IdleTimeout:
 			m.idleOut(s)
-		case s.metaStale:
+		case s.seen.Load() != nil:
 			s.flushMetaLocked() // the last calls' activity (settle.go)
 		}
 		s.mu.Unlock()

@@ -48,7 +48,7 @@ func (s *Session) settleNow() {
 	if err := s.sb.PauseIdle(); err != nil && s.sb.Alive() {
 		s.m.log.Warn("pausing session sandbox", "session", s.meta.ID, "err", err)
 	}
-	if s.metaStale && s.m.opts.IdleTimeout <= 0 {
+	if s.seen.Load() != nil && s.m.opts.IdleTimeout <= 0 {
 		s.flushMetaLocked() // no reaper to do it
 	}
 }
