@@ -65,7 +65,7 @@ func startHTTPServe(t *testing.T, state string, args ...string) *httpServe {
 			t.Logf("forge serve stderr:\n%s", s.stderr)
 		}
 	})
-	waitFor(t, "forge serve --http to log its URL", time.Minute, func() bool {
+	testutil.Eventually(t, time.Minute, "forge serve --http to log its URL", func() bool {
 		select {
 		case <-s.exited:
 			t.Fatalf("forge serve exited:\n%s", s.stderr)

@@ -198,7 +198,7 @@ func TestClusterSessions(t *testing.T) {
 		s, o, h := execIn(t, d, sid, "x = 99\nimport subprocess\nsubprocess.run(['sleep', '"+marker+"'])\nx")
 		done <- reply{s, o, h}
 	}()
-	waitFor(t, "the forwarded call to run in c's sandbox", time.Minute, func() bool { return sleeping(marker) })
+	testutil.Eventually(t, time.Minute, "the forwarded call to run in c's sandbox", func() bool { return sleeping(marker) })
 	_ = c.cmd.Process.Kill()
 	<-c.exited
 	var r reply

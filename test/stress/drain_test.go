@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/runtime/session"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // TestDrainDelay stops a forge serve (SIGTERM) while a client holds a
@@ -49,7 +50,7 @@ func TestDrainDelay(t *testing.T) {
 	}
 
 	_ = srv.cmd.Process.Signal(syscall.SIGTERM)
-	waitFor(t, "forge to log that it is leaving", 30*time.Second, func() bool {
+	testutil.Eventually(t, 30*time.Second, "forge to log that it is leaving", func() bool {
 		return strings.Contains(srv.stderr.String(), "leaving:")
 	})
 	resp, out, reused := call("x += 1\nx")

@@ -20,6 +20,7 @@ import (
 	"github.com/mcp-forge/forge/runtime/kernel"
 	"github.com/mcp-forge/forge/runtime/session"
 	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 func mustRun(t *testing.T, eng *engine.Engine, req engine.Request) *kernel.Result {
@@ -62,7 +63,7 @@ func TestPooledSandboxKilled(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "the pool to fill", time.Minute, func() bool { return ready() == 2 })
+	testutil.Eventually(t, time.Minute, "the pool to fill", func() bool { return ready() == 2 })
 	pids := sandboxPids()
 	if len(pids) == 0 {
 		t.Fatal("no processes found in the pooled sandboxes' cgroups")
@@ -187,13 +188,13 @@ func TestStateDirFull(t *testing.T) {
 		return ""
 	}
 	mustRun(t, eng, engine.Request{Principal: engine.LocalPrincipal, SessionID: id, Code: "x = 1\nopen('/workspace/small.txt', 'w').write('small')"})
-	waitFor(t, "the idle session to hibernate", time.Minute, func() bool { return status() == session.Hibernated })
+	testutil.Eventually(t, time.Minute, "the idle session to hibernate", func() bool { return status() == session.Hibernated })
 
 	r := mustRun(t, eng, engine.Request{Principal: engine.LocalPrincipal, SessionID: id, Code: "import os\nx += 1\nopen('/workspace/big.bin', 'wb').write(os.urandom(3 << 20))\nx"})
 	if !r.Success || fmt.Sprint(r.Result) != "2" {
 		t.Fatalf("restored session: %+v", r)
 	}
-	waitFor(t, "an idle hibernation to fail", time.Minute, func() bool {
+	testutil.Eventually(t, time.Minute, "an idle hibernation to fail", func() bool {
 		return strings.Contains(logs.String(), "hibernating idle session") && strings.Contains(logs.String(), "no space left on device")
 	})
 	meta := readMetaFile(t, dir)
@@ -262,7 +263,7 @@ func TestImageRemovedWhileInUse(t *testing.T) {
 	mustRun(t, eng, engine.Request{Principal: engine.LocalPrincipal, SessionID: id, Code: "v = 'still here'"})
 	defer eng.DestroySession(ctx, engine.LocalPrincipal, id)
 	eng.Prewarm()
-	waitFor(t, "the pool to fill", time.Minute, func() bool {
+	testutil.Eventually(t, time.Minute, "the pool to fill", func() bool {
 		st := eng.PoolStats()
 		return len(st) == 1 && st[0].Ready >= 1 // a miss (the session's start) may have grown it
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mcp-forge/forge/test/testenv"
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // serveConfig is forge serve's config for the process tests: a small pool,
@@ -60,7 +61,7 @@ func TestKilledServe(t *testing.T) {
 	b.execute(live, "y = 1\nopen('/workspace/live.txt', 'w').write('live')")
 	long := b.send("tools/call", map[string]any{"name": "execute_python",
 		"arguments": map[string]any{"code": "import subprocess\nsubprocess.run(['sleep', '600'])"}})
-	waitFor(t, "the long execution to run", time.Minute, func() bool { return sleepingIn(b.pid()) })
+	testutil.Eventually(t, time.Minute, "the long execution to run", func() bool { return sleepingIn(b.pid()) })
 	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
