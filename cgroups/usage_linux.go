@@ -52,11 +52,9 @@ func readUsageV1(memDir, cpuDir string) (Usage, error) {
 	if u.OOMKills, err = readKey(memDir, "memory.oom_control", "oom_kill"); err != nil {
 		return Usage{}, fmt.Errorf("reading OOM kills: %w", err)
 	}
-	ns, err := readUint(cpuDir, "cpuacct.usage")
-	if err != nil {
+	if u.CPUTime, err = ReadCPUTime(cpuDir, false); err != nil {
 		return Usage{}, fmt.Errorf("reading CPU time: %w", err)
 	}
-	u.CPUTime = time.Duration(ns)
 	return u, nil
 }
 
@@ -76,12 +74,22 @@ func readUsageV2(dir string) (Usage, error) {
 	if u.OOMKills, err = readKey(dir, "memory.events", "oom_kill"); err != nil {
 		return Usage{}, fmt.Errorf("reading OOM kills: %w", err)
 	}
-	usec, err := readKey(dir, "cpu.stat", "usage_usec")
-	if err != nil {
+	if u.CPUTime, err = ReadCPUTime(dir, true); err != nil {
 		return Usage{}, fmt.Errorf("reading CPU time: %w", err)
 	}
-	u.CPUTime = time.Duration(usec) * time.Microsecond
 	return u, nil
+}
+
+// ReadCPUTime reads the CPU time every process of the cgroup at dir has
+// used: cpuacct.usage of a v1 cpuacct directory, cpu.stat's usage_usec of a
+// v2 one.
+func ReadCPUTime(dir string, v2 bool) (time.Duration, error) {
+	if v2 {
+		usec, err := readKey(dir, "cpu.stat", "usage_usec")
+		return time.Duration(usec) * time.Microsecond, err
+	}
+	ns, err := readUint(dir, "cpuacct.usage")
+	return time.Duration(ns), err
 }
 
 // Version is the cgroup version libcontainer will use here: 2 on a unified

@@ -1,12 +1,13 @@
 package sandbox
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mcp-forge/forge/cgroups"
 )
 
 // ParentHeadroom is how many more bytes the parent cgroup name (below
@@ -55,23 +56,8 @@ func RemoveParent(name string) {
 }
 
 // ParentCPU is the CPU time every sandbox below the parent cgroup name has
-// used so far, for forge bench --density (cpuacct.usage on v1, usage_usec
-// of cpu.stat on v2).
+// used so far, for forge bench --density.
 func ParentCPU(name string) (time.Duration, error) {
 	p := parentCgroup{root: defaultCgroupRoot, name: name}
-	if !p.unified() {
-		ns, err := readCgroupInt(p.file("cpuacct", "cpuacct.usage", ""))
-		return time.Duration(ns), err
-	}
-	b, err := os.ReadFile(p.file("cpu", "", "cpu.stat"))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-			us, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return time.Duration(us) * time.Microsecond, err
-		}
-	}
-	return 0, fmt.Errorf("no usage_usec in %s", p.file("cpu", "", "cpu.stat"))
+	return cgroups.ReadCPUTime(p.file("cpuacct", "", ""), p.unified())
 }
