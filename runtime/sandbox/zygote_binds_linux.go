@@ -31,11 +31,11 @@ func (r *Runtime) bindsBound() int {
 	if n := r.zopts.BindsTemplates; n > 0 {
 		return n
 	}
-	return BindsTemplatesFor(r.ids.Reserved(), r.ids.BlockSize(), r.zopts.Slots)
+	return BindsTemplatesFor(r.ids.Reserved(), r.ids.BlockSize(), min(r.zopts.Slots, BindsZygoteSlots))
 }
 
 // BindsTemplatesFor is the derived bound of binds templates for host ids
-// ids in blocks of block, with slots per template (forge doctor prints it).
+// ids in blocks of block, with slots per binds template (forge doctor prints it).
 func BindsTemplatesFor(ids idmap.Range, block uint32, slots int) int {
 	if block == 0 {
 		return 1

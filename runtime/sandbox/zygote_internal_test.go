@@ -6,7 +6,12 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/mcp-forge/forge/runtime/idmap"
 
 	"golang.org/x/sys/unix"
 )
@@ -149,11 +154,67 @@ func TestZygoteCredPid(t *testing.T) {
 // forge's user namespace every limit reads INT_MAX, so a sandbox's share
 // times 27 slots overflowed it and the template failed to start (EINVAL).
 func TestTemplateLimitsFit(t *testing.T) {
-	r := &Runtime{zopts: ZygoteOptions{Slots: 27}, nested: 2,
+	r := &Runtime{nested: 2,
 		budgets: UserLimits{"max_fanotify_marks": 80530636, "max_inotify_watches": 1000, "max_user_namespaces": 0}}
-	got := r.templateLimits()
+	got := r.templateLimits(27)
 	want := UserLimits{"max_fanotify_marks": math.MaxInt32, "max_inotify_watches": 27000, "max_user_namespaces": 58}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("templateLimits = %v, want %v", got, want)
+	}
+}
+
+// TestTemplateIDMapMerges: a template's blocks, in host order, map as few
+// lines as they are runs of adjacent blocks. Line by line, 257 blocks (256
+// slots) made a map of 7 KiB, which the kernel refuses (EINVAL), so a
+// template of more than about 150 slots never started.
+func TestTemplateIDMapMerges(t *testing.T) {
+	const block = 65536
+	base := uint32(0x70000000)
+	var run []idmap.Range
+	for i := range 257 {
+		run = append(run, idmap.Range{Start: base + uint32(i)*block, Size: block})
+	}
+	m, err := templateIDMap(run, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 1 || m[0].ContainerID != 0 || m[0].HostID != base || m[0].Size != 257*block {
+		t.Errorf("257 adjacent blocks: %+v, want one line of all of them", m)
+	}
+
+	// Two runs with a gap: two lines, container ids still consecutive.
+	gap := []idmap.Range{{Start: base, Size: block}, {Start: base + block, Size: block}, {Start: base + 5*block, Size: block}}
+	m, err = templateIDMap(gap, block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []specs.LinuxIDMapping{{ContainerID: 0, HostID: base, Size: 2 * block}, {ContainerID: 2 * block, HostID: base + 5*block, Size: block}}
+	if fmt.Sprint(m) != fmt.Sprint(want) {
+		t.Errorf("two runs: %+v, want %+v", m, want)
+	}
+
+	// Scattered blocks that cannot fit: a clear error naming the setting.
+	var scattered []idmap.Range
+	for i := range 257 {
+		scattered = append(scattered, idmap.Range{Start: base + uint32(2*i)*block, Size: block})
+	}
+	if _, err := templateIDMap(scattered, block); err == nil || !strings.Contains(err.Error(), "sandbox.zygote_slots") {
+		t.Errorf("257 scattered blocks: %v, want an error naming sandbox.zygote_slots", err)
+	}
+}
+
+// TestSlotsFor: a binds template (a hosted tools module's) has at most
+// BindsZygoteSlots slots; an image's has the configured ones.
+func TestSlotsFor(t *testing.T) {
+	r := &Runtime{zopts: ZygoteOptions{Slots: 128}}
+	if n := r.slotsFor(templateKey{}); n != 128 {
+		t.Errorf("image template: %d slots, want 128", n)
+	}
+	if n := r.slotsFor(templateKey{binds: "tools=/x\x00"}); n != BindsZygoteSlots {
+		t.Errorf("binds template: %d slots, want %d", n, BindsZygoteSlots)
+	}
+	r.zopts.Slots = 8
+	if n := r.slotsFor(templateKey{binds: "tools=/x\x00"}); n != 8 {
+		t.Errorf("binds template with 8 configured: %d slots, want 8", n)
 	}
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -92,11 +93,21 @@ type ZygoteOptions struct {
 const (
 	DefaultZygoteForks  = 1000
 	DefaultZygoteMaxAge = 10 * time.Minute
-	DefaultZygoteSlots  = 32
+	// DefaultZygoteSlots: a template's own memory (its Python, with the
+	// data image's numpy and pandas about 70 MiB) is shared by at most
+	// this many live children; at 32, 1,000 sessions took 32 templates
+	// and each session carried 2 MiB of them (docs/bench-log.md).
+	DefaultZygoteSlots = 128
+	// BindsZygoteSlots caps a binds template's slots (a hosted tools
+	// module's): its children live for one call, and its host id blocks
+	// are better left to the bound of binds templates (bindsBound).
+	BindsZygoteSlots = 32
 	// DefaultZygoteTemplates: at concurrency 4 on 2 cores, fork requests
 	// waited ~18 ms (p50) for one busy template (measured per step).
 	DefaultZygoteTemplates = 2
-	// maxZygoteSlots keeps the template's uid_map within the kernel's 340 lines.
+	// maxZygoteSlots keeps the template's id map within the kernel's
+	// bounds (340 lines, one write of less than a page) once its blocks
+	// are merged (templateIDMap).
 	maxZygoteSlots = 256
 )
 
@@ -227,6 +238,7 @@ type template struct {
 	rt     *Runtime
 	id     string
 	key    templateKey
+	slots  int   // children alive at once (slotsFor)
 	memory int64 // the template's memory limit (templateMemory), 0 for none
 	c      *libcontainer.Container
 	// cgroupPaths are c's cgroup paths, copied once it started (oomKills).
@@ -261,7 +273,7 @@ type template struct {
 	shape   []byte
 	replies chan zygoteMsg  // "forked" replies, in order
 	mu      sync.Mutex      // guards the fields below
-	free    []int           // free slots (1..Slots)
+	free    []int           // free slots (1..slots)
 	forking int             // fork requests taken and not yet answered
 	forks   int             // children forked
 	retired bool            // forks no more; destroyed once its last child is
@@ -530,7 +542,7 @@ func (t *template) retireLocked() {
 	t.rt.templates = slices.DeleteFunc(t.rt.templates, func(o *template) bool { return o == t })
 	t.rt.zstats.Retired++
 	t.rt.tmu.Unlock()
-	if len(t.kids) == 0 && len(t.free) == t.rt.zopts.Slots {
+	if len(t.kids) == 0 && len(t.free) == t.slots {
 		go t.destroy()
 	}
 }
@@ -540,7 +552,7 @@ func (t *template) release(slot int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.free = append(t.free, slot)
-	if t.retired && len(t.kids) == 0 && len(t.free) == t.rt.zopts.Slots {
+	if t.retired && len(t.kids) == 0 && len(t.free) == t.slots {
 		go t.destroy()
 	}
 }
@@ -574,8 +586,10 @@ const TemplateIDSuffix = "-z"
 
 // startTemplate starts the zygote container of cfg's image.
 func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, retErr error) {
-	n := r.zopts.Slots + 1
-	t := &template{rt: r, id: newID() + TemplateIDSuffix, key: keyOf(&cfg), block: r.ids.BlockSize(), started: time.Now(),
+	key := keyOf(&cfg)
+	slots := r.slotsFor(key)
+	n := slots + 1
+	t := &template{rt: r, id: newID() + TemplateIDSuffix, key: key, slots: slots, block: r.ids.BlockSize(), started: time.Now(),
 		stderr: &boundedBuffer{max: 64 << 10}, exited: make(chan struct{}), replies: make(chan zygoteMsg, 1), over: make(chan struct{}),
 		kids: make(map[int]*zchild), early: make(map[int]int)}
 	defer func() {
@@ -585,12 +599,23 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 	}()
 	for range n {
 		l, err := r.ids.Allocate()
+		if errors.Is(err, idmap.ErrExhausted) && len(t.leases) >= 2 {
+			// Fewer slots rather than none: the range holds fewer
+			// templates of this size than are alive (tenants, images,
+			// retiring ones).
+			t.slots = len(t.leases) - 1
+			r.log.Warn("zygote template started with fewer slots: the host id range is short of blocks", "template", t.id, "slots", t.slots, "asked", slots, "err", err)
+			break
+		}
 		if err != nil {
 			return nil, fmt.Errorf("host ids of zygote template %s: %w", t.id, err)
 		}
 		t.leases = append(t.leases, l)
 	}
-	for i := 1; i < n; i++ {
+	// In host order, so that adjacent blocks merge into one line of the
+	// id map (templateIDMap); slot k is t.leases[k].
+	slices.SortFunc(t.leases, func(a, b *idmap.Lease) int { return cmp.Compare(a.Range().Start, b.Range().Start) })
+	for i := 1; i <= t.slots; i++ {
 		t.free = append(t.free, i)
 	}
 	spec, err := r.templateSpec(t, &cfg)
@@ -739,8 +764,8 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 		return nil, err
 	}
 	limits := cfg.Limits
-	limits.Pids = int64(r.zopts.Slots) + 16 // a child is here only until it joins its own cgroup
-	limits.MemoryBytes = templateMemory(cfg.Limits.MemoryBytes, r.zopts.Slots)
+	limits.Pids = int64(t.slots) + 16 // a child is here only until it joins its own cgroup
+	limits.MemoryBytes = templateMemory(cfg.Limits.MemoryBytes, t.slots)
 	t.memory = limits.MemoryBytes
 	argv := append(kernel.Argv(kernel.ZygotePath), r.zopts.Warm...)
 	if t.key.binds != "" {
@@ -755,7 +780,7 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 		WithTmpfs(WorkspacePath, 1<<20),
 		WithReadOnlyBind(r.agentDir, AgentMountPoint),
 		WithSeccomp(sc),
-		WithUserLimits(r.templateLimits()),
+		WithUserLimits(r.templateLimits(t.slots)),
 	}
 	if t.key.binds != "" {
 		bo, err := r.templateBinds(t, cfg)
@@ -774,9 +799,13 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m []specs.LinuxIDMapping
+	ranges := make([]idmap.Range, len(t.leases))
 	for i, l := range t.leases {
-		m = append(m, specs.LinuxIDMapping{ContainerID: uint32(i) * t.block, HostID: l.Range().Start, Size: t.block})
+		ranges[i] = l.Range()
+	}
+	m, err := templateIDMap(ranges, t.block)
+	if err != nil {
+		return nil, fmt.Errorf("zygote template %s: %w", t.id, err)
 	}
 	s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
 	s.Process.User = specs.User{UID: 0, GID: 0}
@@ -785,14 +814,55 @@ func (r *Runtime) templateSpec(t *template, cfg *Config) (*specs.Spec, error) {
 	return s, nil
 }
 
+// slotsFor is how many children a template of key has alive at once: the
+// configured slots, or for a binds template at most BindsZygoteSlots.
+func (r *Runtime) slotsFor(key templateKey) int {
+	if key.binds != "" {
+		return min(r.zopts.Slots, BindsZygoteSlots)
+	}
+	return r.zopts.Slots
+}
+
+// The kernel's bounds on a user namespace's id map: at most 340 lines,
+// written at once in less than a page (user_namespaces(7)).
+const (
+	maxIDMapLines = 340
+	maxIDMapBytes = 4095
+)
+
+// templateIDMap maps a template's container ids onto its leases (in host
+// order): block k (container ids k·block...) onto lease k, adjacent leases
+// merged into one line. Unmerged, a line each, 150-odd blocks are more
+// than the kernel takes in one write.
+func templateIDMap(leases []idmap.Range, block uint32) ([]specs.LinuxIDMapping, error) {
+	var m []specs.LinuxIDMapping
+	size := 0
+	for i, l := range leases {
+		host := l.Start
+		if n := len(m); n > 0 && m[n-1].HostID+m[n-1].Size == host && m[n-1].ContainerID+m[n-1].Size == uint32(i)*block {
+			m[n-1].Size += block
+			continue
+		}
+		m = append(m, specs.LinuxIDMapping{ContainerID: uint32(i) * block, HostID: host, Size: block})
+	}
+	for _, e := range m {
+		size += len(fmt.Sprintf("%d %d %d\n", e.ContainerID, e.HostID, e.Size))
+	}
+	if len(m) > maxIDMapLines || size > maxIDMapBytes {
+		return nil, fmt.Errorf("its %d host id blocks make an id map of %d lines (%d bytes), over the kernel's %d lines and %d bytes: the blocks are scattered over the range; lower sandbox.zygote_slots: %w",
+			len(leases), len(m), size, maxIDMapLines, maxIDMapBytes, ErrInvalidConfig)
+	}
+	return m, nil
+}
+
 // templateLimits are the per-user kernel limits of a template's user
 // namespace, which every child's usage is charged to as well: a sandbox's
 // share times the slots, and namespaces for every child (each makes seven).
 // Each is at most what the kernel takes (an int: a larger one fails the
 // template's start with EINVAL).
-func (r *Runtime) templateLimits() UserLimits {
+func (r *Runtime) templateLimits(n int) UserLimits {
 	out := make(UserLimits, len(r.budgets))
-	slots := int64(r.zopts.Slots)
+	slots := int64(n)
 	for k, v := range r.budgets {
 		if isNamespaceLimit(k) {
 			out[k] = max(v, r.nested, 2*slots+4)

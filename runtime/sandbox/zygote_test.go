@@ -2,6 +2,7 @@ package sandbox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -249,6 +250,59 @@ func TestZygoteRecycle(t *testing.T) {
 			t.Fatalf("retired template %d still running", tpls[0])
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestZygoteMostSlots: a template of the most slots the configuration
+// takes (256) starts and forks. Its 257 host id blocks made a map of 257
+// lines, over what the kernel takes in one write, so it failed with EINVAL
+// until adjacent blocks were merged.
+func TestZygoteMostSlots(t *testing.T) {
+	_, root := testenv.Runtime(t)
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Slots: 256, Templates: 1})
+	sb := startZygote(t, rt, root)
+	execOK(t, sb, "pass")
+}
+
+// TestZygoteFewerSlotsWhenShort: a host id range too short for a whole
+// template still gets one, with the slots its free blocks hold, rather than
+// failing the start ("all blocks in use"). Its own state dir, so that its
+// six-block range is its geometry alone.
+func TestZygoteFewerSlotsWhenShort(t *testing.T) {
+	testenv.RequireZygoteHelper(t)
+	_, root := testenv.Runtime(t)
+	dir, err := os.MkdirTemp(testutil.StateDirPath(), "short-ids-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	const block = 65536
+	rt, err := sandbox.NewRuntime(context.Background(), sandbox.Options{StateDir: dir, Mode: sandbox.ModeZygote,
+		Zygote:  sandbox.ZygoteOptions{Slots: 8, Templates: 1},
+		IDRange: idmap.Range{Start: 0x7ff00000, Size: 6 * block}, IDBlockSize: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	var kids []*sandbox.Sandbox
+	t.Cleanup(func() {
+		for _, sb := range kids {
+			sb.Destroy()
+		}
+	})
+	for i := range 5 {
+		sb, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits})
+		if err != nil {
+			t.Fatalf("child %d of a template of 5 slots (6 blocks, 8 slots asked): %v", i, err)
+		}
+		kids = append(kids, sb)
+	}
+	execOK(t, kids[4], "pass")
+	if st := rt.ZygoteStats(); st.Templates != 1 || st.Forks != 5 {
+		t.Errorf("stats %+v, want five children forked from one template", st)
+	}
+	if _, err := rt.Start(context.Background(), sandbox.Config{Rootfs: root, Limits: defaultLimits}); !errors.Is(err, idmap.ErrExhausted) {
+		t.Errorf("a sixth child with every block held: %v, want %v", err, idmap.ErrExhausted)
 	}
 }
 
