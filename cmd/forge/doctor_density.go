@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/mcp-forge/forge/profiles"
@@ -12,12 +14,17 @@ import (
 )
 
 // sessionCostBytes is what one live session holding a small DataFrame
-// costs the parent cgroup here (forge bench --density 1000: 6.1 MiB), and
-// sessionPids the processes it keeps (the agent and its reaper).
+// costs the parent cgroup here (forge bench --density 1000: 5.1 MiB with
+// 128 zygote slots), and sessionPids the tasks it keeps (its reaper, the
+// agent and the agent's output watcher, a thread: each takes a pid).
 const (
-	sessionCostBytes = 6 << 20
-	sessionPids      = 2
+	sessionCostBytes = 5 << 20
+	sessionPids      = 3
 )
+
+// pidMaxFile is the kernel's bound on pids, which every task of every
+// process on the host takes one of.
+var pidMaxFile = "/proc/sys/kernel/pid_max"
 
 // densityCheck says how many live sessions this configuration allows and
 // which limit stops them first: sessions.max_concurrent, the host id
@@ -33,10 +40,15 @@ func densityCheck(cfg *profiles.Config) check {
 		caps = append(caps, cap{n, name})
 	}
 	if parent.MemoryBytes > 0 {
-		caps = append(caps, cap{(parent.MemoryBytes - session.NewSessionRoom) / sessionCostBytes, "limits.memory at ~6 MiB a session"})
+		caps = append(caps, cap{(parent.MemoryBytes - session.NewSessionRoom) / sessionCostBytes, "limits.memory at ~5 MiB a session"})
 	}
 	if parent.Pids > 0 {
-		caps = append(caps, cap{parent.Pids / sessionPids, "limits.pids"})
+		caps = append(caps, cap{parent.Pids / sessionPids, "limits.pids at 3 a session"})
+	}
+	if b, err := os.ReadFile(pidMaxFile); err == nil {
+		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {
+			caps = append(caps, cap{n / sessionPids, "the kernel's pids (sysctl kernel.pid_max, 3 a session)"})
+		}
 	}
 	sort.SliceStable(caps, func(i, j int) bool { return caps[i].n < caps[j].n })
 	parts := make([]string, len(caps))
@@ -51,7 +63,7 @@ func densityCheck(cfg *profiles.Config) check {
 // block of security.uid_map_size ids per sandbox, and in zygote mode one
 // more per template of sandbox.zygote_slots children (each template leases
 // zygote_slots+1 blocks). Smaller blocks hold more: security.uid_map_size
-// 16384 makes the default range hold 16,384 blocks (15,872 zygote
+// 16384 makes the default range hold 16,384 blocks (16,256 zygote
 // children) instead of 4,096 (3,968).
 func idBlockSessions(cfg *profiles.Config) (int64, string) {
 	s := cfg.Security

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,9 +18,10 @@ func TestIDBlockSessions(t *testing.T) {
 		mutate func(*profiles.Config)
 		want   int64
 	}{
-		{"default zygote", func(*profiles.Config) {}, 4096 / 33 * 32},
+		{"default zygote", func(*profiles.Config) {}, 4096 / 129 * 128},
 		{"container mode", func(c *profiles.Config) { c.Sandbox.Mode = "container" }, 4096},
-		{"uid_map_size 16384", func(c *profiles.Config) { c.Security.UIDMapSize = 16384 }, 16384 / 33 * 32},
+		{"uid_map_size 16384", func(c *profiles.Config) { c.Security.UIDMapSize = 16384 }, 16384 / 129 * 128},
+		{"32 slots", func(c *profiles.Config) { c.Sandbox.ZygoteSlots = 32 }, 4096 / 33 * 32},
 		{"256 slots", func(c *profiles.Config) { c.Sandbox.ZygoteSlots = 256 }, 4096 / 257 * 256},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -30,7 +33,26 @@ func TestIDBlockSessions(t *testing.T) {
 		})
 	}
 	c := densityCheck(profiles.Default())
-	if !strings.Contains(c.Detail, "zygote_slots+1 = 33 for 32 children) 3968") {
+	if !strings.Contains(c.Detail, "zygote_slots+1 = 129 for 128 children) 3968") {
 		t.Errorf("doctor's live sessions row: %q, want the id blocks' cap of 3968 zygote children", c.Detail)
+	}
+}
+
+// TestDensityCheckPidMax: the kernel's pid bound caps live sessions at a
+// third of it (a session's reaper, agent and output watcher each take a
+// pid), and names the sysctl; a small one is the first limit.
+func TestDensityCheckPidMax(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "pid_max")
+	if err := os.WriteFile(f, []byte("3000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := pidMaxFile
+	pidMaxFile = f
+	t.Cleanup(func() { pidMaxFile = old })
+	cfg := profiles.Default()
+	cfg.Sessions.MaxConcurrent = 100000
+	c := densityCheck(cfg)
+	if !strings.HasPrefix(c.Detail, "at most 1000 (the kernel's pids (sysctl kernel.pid_max") {
+		t.Errorf("doctor's live sessions row with pid_max 3000: %q, want at most 1000, naming kernel.pid_max", c.Detail)
 	}
 }
