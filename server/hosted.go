@@ -192,7 +192,7 @@ func (s *Server) checkHosted(ctx context.Context, id any, call toolCall) mcp.JSO
 func (s *Server) handleHosted(ctx context.Context, name string, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	s.active.Add(1)
 	defer s.active.Done()
-	if s.draining() {
+	if s.lateForDrain(ctx) {
 		return mcp.NewToolResultError("forge is shutting down; no new calls are accepted"), nil
 	}
 	raw := req.Params.RawArguments

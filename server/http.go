@@ -290,7 +290,7 @@ func (s *Server) precheckHTTP(p engine.Principal, next http.Handler) http.Handle
 		if _, ok := r.Context().Value(principalKey{}).(engine.Principal); !ok {
 			r = r.WithContext(withPrincipal(r.Context(), p)) // else: the token's tenant (authenticate)
 		}
-		ctx, cancelled := withCancelMark(r.Context())
+		ctx, cancelled := withCancelMark(s.received(r.Context()))
 		r, w = r.WithContext(ctx), &cancelWriter{ResponseWriter: w, mark: cancelled}
 		if r.Method != http.MethodPost || r.Body == nil {
 			next.ServeHTTP(w, r)

@@ -5,15 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -122,27 +119,9 @@ func stdioAnswers(t *testing.T, s *Server, lines []string) map[string]map[string
 	t.Helper()
 	in := initializeLine + "\n" + `{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" + strings.Join(lines, "\n") + "\n"
 	out := &testutil.LogBuffer{}
-	// stdin stays open until every line is answered: at its end forge
-	// drains, and a call read just before may find it stopping.
-	var ids []string
-	for _, l := range lines {
-		var m struct{ ID any }
-		if json.Unmarshal([]byte(l), &m) == nil && m.ID != nil {
-			ids = append(ids, fmt.Sprintf(`"id":%q`, m.ID))
-		}
-	}
-	pr, pw := io.Pipe()
-	go func() {
-		pw.Write([]byte(in))
-		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			got := out.String()
-			if !slices.ContainsFunc(ids, func(id string) bool { return !strings.Contains(got, id) }) {
-				break
-			}
-		}
-		pw.Close()
-	}()
-	if err := s.ServeStdio(t.Context(), pr, out); err != nil {
+	// stdin ends right after the lines: every call read before its end is
+	// answered (TestStdioCallReadBeforeEOFAnswered).
+	if err := s.ServeStdio(t.Context(), strings.NewReader(in), out); err != nil {
 		t.Fatalf("ServeStdio: %v", err)
 	}
 	answers := map[string]map[string]any{}
@@ -271,6 +250,31 @@ func BenchmarkPreflight(b *testing.B) {
 		}
 		if _, reply, _ := s.preflight(ctx, msg); reply != nil {
 			b.Fatal(reply)
+		}
+	}
+}
+
+// TestStdioCallReadBeforeEOFAnswered: a hosted call whose line is read
+// just before stdin's end is answered with the tool's result. The end
+// begins the shutdown, and the handler refused every call that reached it
+// after that ("forge is shutting down"), though the client had sent it
+// before closing.
+func TestStdioCallReadBeforeEOFAnswered(t *testing.T) {
+	h := gateHost(t, realEngine(t))
+	for i := range 5 {
+		s := New(newStub(), Options{})
+		if err := s.AttachHosted(h); err != nil {
+			t.Fatal(err)
+		}
+		in := initializeLine + "\n" + `{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+			`{"jsonrpc":"2.0","id":"call","method":"tools/call","params":{"name":"gate_double","arguments":{"x":21}}}` + "\n"
+		out := &testutil.LogBuffer{}
+		if err := s.ServeStdio(t.Context(), strings.NewReader(in), out); err != nil {
+			t.Fatalf("ServeStdio: %v", err)
+		}
+		got := out.String()
+		if !strings.Contains(got, `"id":"call"`) || strings.Contains(got, "shutting down") || !strings.Contains(got, "42") {
+			t.Fatalf("round %d: the call read before EOF was answered %s, want the tool's result (42)", i, got)
 		}
 	}
 }

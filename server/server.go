@@ -215,7 +215,7 @@ func (s *Server) HandleMessage(ctx context.Context, raw []byte) mcp.JSONRPCMessa
 	if reply != nil || msg.kind == kindResponse {
 		return reply
 	}
-	return s.handle(ctx, msg, raw)
+	return s.handle(s.received(ctx), msg, raw)
 }
 
 // handle answers a message checkMessage passed: preflight's answer, else
@@ -250,6 +250,26 @@ func (s *Server) draining() bool {
 	default:
 		return false
 	}
+}
+
+type receivedKey struct{}
+
+// received marks ctx as a request's that arrived before the shutdown
+// began (read from stdin, or posted), unless it has begun: such a request
+// is answered as any other, however late its handler runs. Over stdio
+// every line read before EOF is one: the client sent it before closing.
+func (s *Server) received(ctx context.Context) context.Context {
+	if s.draining() {
+		return ctx
+	}
+	return context.WithValue(ctx, receivedKey{}, true)
+}
+
+// lateForDrain is whether the request of ctx arrived once the shutdown had
+// begun (see received): a new call that is refused.
+func (s *Server) lateForDrain(ctx context.Context) bool {
+	ok, _ := ctx.Value(receivedKey{}).(bool)
+	return !ok && s.draining()
 }
 
 // waitIdle waits for the tool calls in flight, at most until ctx is done.

@@ -156,6 +156,7 @@ func (s *Server) dispatch(ctx context.Context, line []byte, w *lineWriter, wg *s
 		return
 	}
 	wg.Add(1)
+	ctx = s.received(ctx)
 	go func() {
 		defer wg.Done()
 		if resp := s.handle(ctx, msg, line); resp != nil {
