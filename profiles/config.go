@@ -71,7 +71,7 @@ type LimitsConfig struct {
 	KernelReserve float64 `yaml:"kernel_reserve" doc:"Share of each of the host's per-user kernel limits kept for the host's own use; the sandboxes share the rest. From 0 to 0.9."`
 	Memory        Size    `yaml:"memory" doc:"Memory limit of forge's parent cgroup (every sandbox together). 0 derives it: limits.max_sandboxes x execution.max_memory, at most three quarters of the host's memory. At least execution.max_memory."`
 	Pids          int     `yaml:"pids" doc:"Process limit (pids.max) of forge's parent cgroup. 0 derives it: limits.max_sandboxes x execution.max_pids. At least execution.max_pids."`
-	CgroupParent  string  `yaml:"cgroup_parent" doc:"forge's parent cgroup, below each controller's root, which holds every sandbox's cgroup and carries limits.memory and limits.pids. Empty means forge. Two forge servers on one host with their own caps need two names."`
+	CgroupParent  string  `yaml:"cgroup_parent" doc:"forge's parent cgroup, below each controller's root, which holds every sandbox's cgroup and carries limits.memory and limits.pids. Empty means forge. Two forge servers on one host with their own caps need two names: a forge process that finds another live one's sandboxes below its parent only raises the limits there, never lowers them (a forge run beside a forge serve leaves the server's caps)."`
 }
 
 // ImagesConfig says which images may run.

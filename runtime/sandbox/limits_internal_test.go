@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -176,5 +177,44 @@ func TestParentCgroupV1Layout(t *testing.T) {
 	}
 	if got := readTrim(t, filepath.Join(root, "pids/forge/pids.max")); got != "99" {
 		t.Errorf("pids.max: got %q", got)
+	}
+}
+
+// TestParentCgroupShared: a forge process whose parent cgroup has another
+// live forge process's sandboxes below it raises the limits but never
+// lowers them; alone, it sets them as asked.
+func TestParentCgroupShared(t *testing.T) {
+	root := t.TempDir()
+	writeFiles(t, root, map[string]string{
+		"memory/forge/memory.limit_in_bytes": "17179869184\n",
+		"pids/forge/pids.max":                "642000\n",
+	})
+	pc := parentCgroup{root: root, name: "forge"}
+	if pid := pc.other(os.Getpid()); pid != 0 {
+		t.Fatalf("no sandboxes below: other = %d, want 0", pid)
+	}
+	// The sandbox of a live forge process (this test's parent, go test),
+	// and one of a process long gone.
+	writeFiles(t, root, map[string]string{
+		fmt.Sprintf("pids/forge/%d-0123456789ab/pids.max", os.Getppid()): "128\n",
+		"pids/forge/2147483646-0123456789ab/pids.max":                    "128\n",
+	})
+	if pid := pc.other(os.Getpid()); pid != os.Getppid() {
+		t.Fatalf("other = %d, want the live process %d", pid, os.Getppid())
+	}
+	if pid := pc.other(os.Getppid()); pid != 0 {
+		t.Errorf("other than the live one: %d, want 0 (the other is gone)", pid)
+	}
+	low := ParentLimits{MemoryBytes: 1 << 30, Pids: 2560}
+	if got := pc.notLower(low); got != (ParentLimits{}) {
+		t.Errorf("lower limits: %+v, want none written", got)
+	}
+	high := ParentLimits{MemoryBytes: 32 << 30, Pids: 1 << 20}
+	if got := pc.notLower(high); got != high {
+		t.Errorf("higher limits: %+v, want %+v", got, high)
+	}
+	writeFiles(t, root, map[string]string{"pids/forge/pids.max": "max\n"})
+	if got := pc.notLower(high); got.Pids != 0 {
+		t.Errorf("under an unlimited pids.max: %+v, want pids left alone", got)
 	}
 }

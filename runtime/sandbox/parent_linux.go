@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // ParentLimits cap forge's parent cgroup, which holds every sandbox's
@@ -46,6 +47,43 @@ func (p parentCgroup) memoryFile() string {
 }
 
 func (p parentCgroup) pidsFile() string { return p.file("pids", "pids.max", "pids.max") }
+
+// other is the host pid of a live forge process, not self, with sandboxes
+// below p (each sandbox's cgroup is named for its forge's pid:
+// "<pid>-<id>"), or 0 when there is none.
+func (p parentCgroup) other(self int) int {
+	ents, _ := os.ReadDir(filepath.Dir(p.pidsFile()))
+	for _, e := range ents {
+		prefix, _, ok := strings.Cut(e.Name(), "-")
+		pid, err := strconv.Atoi(prefix)
+		if !e.IsDir() || !ok || err != nil || pid <= 0 || pid == self {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// notLower is l without the limits that are below those in force (an
+// unlimited one included): what a forge process sharing p with another
+// live one writes, so that neither lowers the other's caps. A `forge run`
+// with the defaults once set the parent's pids to 2,560 under a server
+// holding 5,000 sessions, whose next forks failed.
+func (p parentCgroup) notLower(l ParentLimits) ParentLimits {
+	cur, err := p.read()
+	if err != nil {
+		return l
+	}
+	if cur.MemoryBytes < 0 || cur.MemoryBytes > l.MemoryBytes {
+		l.MemoryBytes = 0
+	}
+	if cur.Pids < 0 || cur.Pids > l.Pids {
+		l.Pids = 0
+	}
+	return l
+}
 
 // apply creates the parent cgroup and writes l's non-zero limits. On v2 the
 // memory and pids controllers are enabled for it (in the root's

@@ -265,6 +265,13 @@ func (r *Runtime) setLimits(opts Options) error {
 		return nil
 	}
 	pc := parentCgroup{root: opts.CgroupRoot, name: opts.CgroupParent}
+	if pid := pc.other(os.Getpid()); pid > 0 {
+		if l := pc.notLower(opts.Parent); l != opts.Parent {
+			r.log.Info("parent cgroup shared with another forge process: its higher limits are kept", "cgroup", opts.CgroupParent, "pid", pid,
+				"memory", cgroups.FormatMemory(opts.Parent.MemoryBytes), "pids", opts.Parent.Pids)
+			opts.Parent = l
+		}
+	}
 	if err := pc.apply(opts.Parent); err != nil {
 		return fmt.Errorf("%w %s to memory %s, pids %d: %w", ErrParentLimits, opts.CgroupParent,
 			cgroups.FormatMemory(opts.Parent.MemoryBytes), opts.Parent.Pids, err)
