@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -44,6 +45,12 @@ func densityCheck(cfg *profiles.Config) check {
 	}
 	if parent.Pids > 0 {
 		caps = append(caps, cap{parent.Pids / sessionPids, "limits.pids at 3 a session"})
+	}
+	// forge raises its limit to what its sandboxes need (root: up to
+	// fs.nr_open; else the hard limit): the most it can reach.
+	if reach := sandbox.OpenFilesReach(math.MaxInt64); reach > 0 {
+		caps = append(caps, cap{int64(reach-min(reach, sandbox.OpenFilesFor(0))) / sandbox.FilesPerSandbox,
+			fmt.Sprintf("open files (RLIMIT_NOFILE, which forge raises as far as %d, %d a session)", reach, sandbox.FilesPerSandbox)})
 	}
 	if b, err := os.ReadFile(pidMaxFile); err == nil {
 		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 {

@@ -253,6 +253,7 @@ func (r *Runtime) setLimits(opts Options) error {
 		return err
 	}
 	r.nested = opts.Budget.NestedNamespaces
+	raiseOpenFiles(opts.Budget.Sandboxes, r.log)
 	// A kernel without ucount sysctls (before 4.9) has none to set.
 	if host, err := ReadUserLimits(opts.ProcRoot); err != nil {
 		r.log.Warn("sandboxes get no per-user kernel budgets", "err", err)
