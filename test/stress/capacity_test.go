@@ -20,7 +20,7 @@ func TestCapacityRefusedAtOnce(t *testing.T) {
 	parent := fmt.Sprintf("forge-cap-%d", os.Getpid())
 	t.Cleanup(func() { removeCgroup(parent) })
 	config := filepath.Join(t.TempDir(), "forge.yaml")
-	text := fmt.Sprintf(stopConfig, 200) + fmt.Sprintf("limits:\n  cgroup_parent: %s\n", parent)
+	text := stopConfig(190) + fmt.Sprintf("limits:\n  cgroup_parent: %s\n", parent)
 	if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
