@@ -36,8 +36,8 @@ func (s *Server) HoldHosted() (release func(error)) {
 
 // waitHosted (step 1 of preflight) waits for the gate when msg needs the
 // hosted tools. reply is the answer when they failed to load; drop says
-// ctx ended first (the request is then not answered: the client went away
-// or forge stops).
+// ctx ended first because the client went away (the request is then not
+// answered).
 func (s *Server) waitHosted(ctx context.Context, msg message) (reply mcp.JSONRPCMessage, drop bool) {
 	if msg.kind != kindRequest {
 		return nil, false
@@ -56,7 +56,18 @@ func (s *Server) waitHosted(ctx context.Context, msg message) (reply mcp.JSONRPC
 	select {
 	case <-g.done:
 	case <-ctx.Done():
-		return nil, true
+		// The client went away, unless the request came before the
+		// shutdown began: over stdio the input's end cancels every
+		// request, and one read before it is still answered once the
+		// tools have loaded, within the shutdown's grace.
+		if s.lateForDrain(ctx) || !s.draining() {
+			return nil, true
+		}
+		select {
+		case <-g.done:
+		case <-s.kill.Done():
+			return mcp.NewJSONRPCError(mcp.NewRequestId(msg.id), mcp.INTERNAL_ERROR, "forge stopped before the hosted tools had loaded; nothing was run", nil), false
+		}
 	}
 	if g.err != nil {
 		return mcp.NewJSONRPCError(mcp.NewRequestId(msg.id), mcp.INTERNAL_ERROR, "hosted tools failed to load; forge is stopping: "+g.err.Error(), nil), false

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mcp-forge/forge/test/testutil"
 )
 
 // TestHoldHosted: while hosted tools load, initialize is answered and
@@ -58,5 +60,31 @@ func TestHoldHosted(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("tools/list not answered after a failed load")
+	}
+}
+
+// TestHoldHostedAtStdinEnd: a tools/call read while the hosted tools still
+// load, just before stdin ends, is answered once they have loaded (here:
+// with the load's error). The end cancelled the held request, which was
+// then dropped without an answer: `printf ... | forge serve` got none.
+func TestHoldHostedAtStdinEnd(t *testing.T) {
+	s := New(newStub(), Options{})
+	release := s.HoldHosted()
+	in := initializeLine + "\n" + `{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+		`{"jsonrpc":"2.0","id":"list","method":"tools/list","params":{}}` + "\n"
+	go func() {
+		// Once the input has ended (the shutdown began, the held request
+		// is cancelled), the load finishes.
+		for deadline := time.Now().Add(10 * time.Second); !s.draining() && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		release(errors.New("tools.py: ModuleNotFoundError"))
+	}()
+	out := &testutil.LogBuffer{}
+	if err := s.ServeStdio(t.Context(), strings.NewReader(in), out); err != nil {
+		t.Fatalf("ServeStdio: %v", err)
+	}
+	if got := out.String(); !strings.Contains(got, `"id":"list"`) || !strings.Contains(got, "ModuleNotFoundError") {
+		t.Fatalf("stdout %s: want tools/list answered with the load's error", got)
 	}
 }
