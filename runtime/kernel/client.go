@@ -82,7 +82,7 @@ type abandoned struct {
 }
 
 // NewClient starts reading replies from the agent. If replies and requests are io.Closers
-// (pipe ends), Close closes them and waits for the reader goroutine; otherwise that goroutine
+// (pipe ends, or one socket as both), Close closes them and waits for the reader goroutine; otherwise that goroutine
 // ends when replies returns an error or EOF.
 func NewClient(replies io.Reader, requests io.Writer, opts Options) *Client {
 	if opts.MaxReplyBytes <= 0 {
@@ -160,8 +160,10 @@ func (c *Client) Close() error {
 			err = cl.Close()
 		}
 		if cl, ok := c.r.(io.Closer); ok {
-			if cerr := cl.Close(); err == nil {
-				err = cerr
+			if any(c.r) != any(c.w) { // one socket both ways (a zygote child's) is closed once
+				if cerr := cl.Close(); err == nil {
+					err = cerr
+				}
 			}
 			c.readWG.Wait()
 		}

@@ -10,10 +10,12 @@ import (
 )
 
 // FilesPerSandbox is how many descriptors forge keeps open for one live
-// session: its agent's request and reply pipes, its stderr, the session's
-// lock, and a share of its template's host id leases (one per block).
-// Measured: 20,000 descriptors ran out at the 3,958th live session.
-const FilesPerSandbox = 5
+// session: its agent's socket (a zygote child's requests and replies),
+// its stderr pipe, the session's lock and the lease of its host id block
+// (its template's, one per slot). Measured at 500 sessions: 4.45 each,
+// templates not yet full; with two pipes for the agent, 20,000
+// descriptors ran out at the 3,958th.
+const FilesPerSandbox = 4
 
 // filesBase is what forge keeps open besides its sandboxes (listeners,
 // the image store, logs), with room.

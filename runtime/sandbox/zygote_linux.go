@@ -1098,26 +1098,27 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		defer bridge.Close()
 		req.Bridge = true
 	}
-	var pipes [3][2]*os.File // request, reply, stderr
+	// The agent's requests and replies go over one stream socket, its fds
+	// 3 and 4 both (a container's are two pipes): forge keeps one
+	// descriptor for them, not two, which is what a live session costs it
+	// besides its stderr and lock (runtime/sandbox/files_linux.go). Its
+	// stderr is a pipe.
+	var agentHost, agentChild, errR, errW *os.File
 	defer func() {
-		for _, p := range pipes {
-			for _, f := range p {
-				if f != nil {
-					f.Close()
-				}
+		for _, f := range []*os.File{agentHost, agentChild, errR, errW} {
+			if f != nil {
+				f.Close()
 			}
 		}
 	}()
-	for i := range pipes {
-		rd, wr, err := os.Pipe()
-		if err != nil {
-			return nil, err
-		}
-		pipes[i] = [2]*os.File{rd, wr}
+	afds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
 	}
-	reqR, reqW := pipes[0][0], pipes[0][1]
-	repR, repW := pipes[1][0], pipes[1][1]
-	errR, errW := pipes[2][0], pipes[2][1]
+	agentHost, agentChild = os.NewFile(uintptr(afds[0]), "agent"), os.NewFile(uintptr(afds[1]), "agent-child")
+	if errR, errW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
 	// P's own socket: P writes a byte as its first step, which the kernel
 	// sends with P's credentials (SO_PASSCRED), its pid translated into
 	// forge's pid namespace; the host writes 'g' on it once P is in its
@@ -1197,16 +1198,16 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 		}
 		startDone <- started{pid, cg, err}
 	}()
-	fds := []int{int(reqR.Fd()), int(repW.Fd()), int(errW.Fd()), gofds[1]}
+	fds := []int{int(agentChild.Fd()), int(agentChild.Fd()), int(errW.Fd()), gofds[1]}
 	if bridge != nil {
 		fds = append(fds, int(bridge.Fd()))
 	}
 	reply, err := t.request(ctx, &req, prog, fds)
 	answered()
-	for _, f := range []*os.File{reqR, repW, errW, goChild} {
+	for _, f := range []*os.File{agentChild, errW, goChild} {
 		f.Close()
 	}
-	pipes[0][0], pipes[1][1], pipes[2][1] = nil, nil, nil
+	agentChild, errW = nil, nil
 	tReply := time.Since(t0)
 	if err != nil {
 		// No P, or one that will not be known: the template closes its
@@ -1237,8 +1238,8 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 	k.tplPid, k.hostPid, k.initPid = reply.Pid, st.pid, st.pid
 	s := &Sandbox{limits: cfg.Limits, id: id, rt: r, exited: make(chan struct{}), stderr: &boundedBuffer{max: 64 << 10},
 		uid: cfg.UID, lease: t.leases[slot], cgroup: cgroupPath, child: k, started: t0, cgm: cg.m, bridgeDir: cfg.BridgeDir}
-	pipes[1][0], pipes[0][1] = nil, nil
-	s.client = kernel.NewClient(repR, reqW, kernel.Options{Logger: r.log.With("sandbox", id), OnBreak: s.onClientBreak})
+	s.client = kernel.NewClient(agentHost, agentHost, kernel.Options{Logger: r.log.With("sandbox", id), OnBreak: s.onClientBreak})
+	agentHost = nil
 	k.s = s
 	t.mu.Lock()
 	code, early := t.early[k.tplPid]
@@ -1256,8 +1257,8 @@ func (t *template) fork(ctx context.Context, cfg Config, slot int) (_ *Sandbox, 
 			_ = s.Destroy()
 		}
 	}()
-	go func() { _, _ = io.Copy(s.stderr, errR); errR.Close() }()
-	pipes[2][0] = nil
+	go func(errR *os.File) { _, _ = io.Copy(s.stderr, errR); errR.Close() }(errR)
+	errR = nil
 
 	if st.err != nil {
 		return nil, fmt.Errorf("%w%s", st.err, s.stderrNote())
