@@ -41,10 +41,8 @@ func OpenFilesReach(need uint64) uint64 {
 	if lim.Max >= need || !mayRaiseHardLimits() {
 		return min(lim.Max, max(need, lim.Cur))
 	}
-	if b, err := os.ReadFile(nrOpenFile); err == nil {
-		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
-			return max(lim.Max, min(need, n))
-		}
+	if n, err := readInt(nrOpenFile); err == nil && n > 0 {
+		return max(lim.Max, min(need, uint64(n)))
 	}
 	return lim.Max
 }

@@ -3,8 +3,6 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mcp-forge/forge/cgroups"
@@ -19,8 +17,8 @@ func ParentHeadroom(name string) (free int64, ok bool) {
 }
 
 func (p parentCgroup) headroom() (int64, bool) {
-	limit, err1 := readCgroupInt(p.memoryFile())
-	used, err2 := readCgroupInt(p.file("memory", "memory.usage_in_bytes", "memory.current"))
+	limit, err1 := readInt(p.memoryFile())
+	used, err2 := readInt(p.file("memory", "memory.usage_in_bytes", "memory.current"))
 	// No limit: v2 says "max", v1 a page-rounded huge number.
 	if err1 != nil || err2 != nil || limit >= 1<<60 {
 		return 0, false
@@ -28,19 +26,11 @@ func (p parentCgroup) headroom() (int64, bool) {
 	return limit - used, true
 }
 
-func readCgroupInt(path string) (int64, error) {
-	b, err := os.ReadFile(filepath.Clean(path))
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-}
-
 // ParentMemory is the memory charged to the parent cgroup name now (every
 // sandbox below it together), for forge bench --density.
 func ParentMemory(name string) (int64, error) {
 	p := parentCgroup{root: defaultCgroupRoot, name: name}
-	return readCgroupInt(p.file("memory", "memory.usage_in_bytes", "memory.current"))
+	return readInt(p.file("memory", "memory.usage_in_bytes", "memory.current"))
 }
 
 // RemoveParent removes the parent cgroup name once no sandbox is below it
