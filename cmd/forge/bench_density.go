@@ -75,7 +75,7 @@ func benchDensity(ctx context.Context, g *globals, cfg *profiles.Config, py, ima
 	if image == "" && c.Images.Data != "" {
 		image = c.Images.Data
 	}
-	if image == c.Images.Data && image != "" {
+	if image != "" && (image == c.Images.Data || strings.HasPrefix(image, "forge/python-data:")) {
 		code = "import pandas as pd\ndf = pd.DataFrame({'a': range(1000), 'b': [float(i) for i in range(1000)]})"
 		check = "int(df['a'].sum())"
 	}

@@ -215,6 +215,10 @@ type ZygoteStats struct {
 	// Config.TemplateBinds) with templates forking now, at most
 	// ZygoteOptions.BindsTemplates (each key may have up to Templates).
 	BindsTemplates int `json:"binds_templates"`
+	// Immortal is how many objects the last template that started made
+	// immortal (PEP 683), so that its children write none of their
+	// reference counts: 0 where its Python has no immortal objects (3.11).
+	Immortal int `json:"immortal"`
 }
 
 // ZygoteStats reports zygote mode's counters.
@@ -240,7 +244,9 @@ type template struct {
 	key    templateKey
 	slots  int   // children alive at once (slotsFor)
 	memory int64 // the template's memory limit (templateMemory), 0 for none
-	c      *libcontainer.Container
+	// immortal: the objects its Python made immortal (zygoteMsg.Immortal)
+	immortal int
+	c        *libcontainer.Container
 	// cgroupPaths are c's cgroup paths, copied once it started (oomKills).
 	cgroupPaths map[string]string
 	proc        *libcontainer.Process
@@ -348,6 +354,9 @@ type zygoteMsg struct {
 	Warm   []string `json:"warm"`
 	Python string   `json:"python"`
 	Spare  bool     `json:"spare"` // a fast fork's child was the template's spare
+	// Immortal is how many objects the template made immortal before its
+	// first fork (zygote.py's _immortalize; 0 before CPython 3.12).
+	Immortal int `json:"immortal"`
 }
 
 // maxZygoteMsg bounds one control message from a template.
@@ -480,6 +489,7 @@ func (r *Runtime) launchTemplate(ctx context.Context, cfg Config, done chan stru
 		r.templates = append(r.templates, t)
 		r.all = append(r.all, t)
 		r.zstats.Templates++
+		r.zstats.Immortal = t.immortal
 	}
 	r.tmu.Unlock()
 	if err != nil {
@@ -671,7 +681,8 @@ func (r *Runtime) startTemplate(ctx context.Context, cfg Config) (_ *template, r
 		if m.Op == "unavailable" {
 			return nil, fmt.Errorf("zygote template %s: %w: %.500s", t.id, ErrZygoteUnavailable, m.Error)
 		}
-		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "took", time.Since(t.started))
+		r.log.Debug("zygote template ready", "template", t.id, "python", m.Python, "warm", m.Warm, "immortal", m.Immortal, "took", time.Since(t.started))
+		t.immortal = m.Immortal
 		if !r.noCgroups {
 			t.openProcs()
 		}

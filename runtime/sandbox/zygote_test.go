@@ -957,3 +957,45 @@ func TestZygoteSiblingMemoryScrubbed(t *testing.T) {
 		}
 	}
 }
+
+// TestZygoteImmortalHeap: a template whose Python has immortal objects
+// (3.12 and later) makes its heap immortal before it forks, so that its
+// children write no reference count of what they share with it; one of
+// 3.11 leaves it as it is. The children work as ever: they collect, reload
+// a module the template imported, and let objects of their own die.
+func TestZygoteImmortalHeap(t *testing.T) {
+	rt, base := testenv.ZygoteRuntime(t)
+	trixie := testenv.TrixieRootfs(t)
+	const probe = `import sys, gc, random, importlib, json
+shared = sys.getrefcount(random), sys.getrefcount(random.random), sys.getrefcount(json)
+class Mine:
+    died = False
+    def __del__(self):
+        Mine.died = True
+m = Mine(); m.me = m; del m
+gc.collect()
+importlib.reload(random)
+print(sys.version_info[1], *shared, Mine.died, sys.getrefcount(Mine) < 100)`
+	for _, c := range []struct {
+		root     string
+		minor    string
+		immortal bool
+	}{{trixie, "13", true}, {base, "11", false}} {
+		out := strings.Fields(execOK(t, startZygote(t, rt, c.root), probe))
+		if len(out) != 6 || out[0] != c.minor {
+			t.Fatalf("Python 3.%s child printed %q", c.minor, out)
+		}
+		for i, name := range []string{"random", "random.random", "json"} {
+			n, err := strconv.ParseUint(out[1+i], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := n == 1<<32-1; got != c.immortal {
+				t.Errorf("Python 3.%s: %s's reference count in a child is %d: immortal %v, want %v", c.minor, name, n, got, c.immortal)
+			}
+		}
+		if out[4] != "True" || out[5] != "True" {
+			t.Errorf("Python 3.%s: a child's own cycle was not collected (%s) or its class is not counted (%s)", c.minor, out[4], out[5])
+		}
+	}
+}

@@ -42,7 +42,8 @@ var shared struct {
 	zrt   *sandbox.Runtime // zygote mode, made on first use
 	zerr  error
 	zonce sync.Once
-	data  *rootfs.RootFS // the data image, mounted on first use
+	// images are mounted on first use (imageRootfs): the data image, the second Python
+	images map[string]*rootfs.RootFS
 }
 
 // ImportImages makes sure the shared test store holds the base image (and
@@ -174,16 +175,34 @@ func ZygoteRuntime(t testing.TB) (*sandbox.Runtime, string) {
 // pandas), imported into the shared store when it is not there yet.
 func DataRootfs(t testing.TB) string {
 	t.Helper()
+	return imageRootfs(t, DataImage)
+}
+
+// TrixieRootfs is the shared read-only rootfs of the second Python
+// (TrixieImage, CPython 3.13), imported when it is not there yet.
+func TrixieRootfs(t testing.TB) string {
+	t.Helper()
+	return imageRootfs(t, TrixieImage)
+}
+
+// imageRootfs mounts image once per process (Close releases it).
+func imageRootfs(t testing.TB, image string) string {
+	t.Helper()
 	Runtime(t)
-	if shared.data == nil {
-		ImportImages(t, shared.store, true)
-		fs, err := shared.store.Acquire(context.Background(), DataImage)
-		if err != nil {
-			t.Fatalf("mounting %s: %v", DataImage, err)
-		}
-		shared.data = fs
+	if shared.images == nil {
+		shared.images = map[string]*rootfs.RootFS{}
 	}
-	return shared.data.Path()
+	if shared.images[image] == nil {
+		if _, err := shared.store.Pull(context.Background(), "oci:"+testutil.BaseImageLayout(t, image)); err != nil {
+			t.Fatalf("importing %s: %v", image, err)
+		}
+		fs, err := shared.store.Acquire(context.Background(), image)
+		if err != nil {
+			t.Fatalf("mounting %s: %v", image, err)
+		}
+		shared.images[image] = fs
+	}
+	return shared.images[image].Path()
 }
 
 // BaseImageID is the id of the base image mounted by Runtime (which must have
@@ -202,8 +221,8 @@ func Close() error {
 	err := Leftovers(shared.rt, testutil.StateDirPath())
 	shared.rt.Close()
 	shared.fs.Release()
-	if shared.data != nil {
-		shared.data.Release()
+	for _, fs := range shared.images {
+		fs.Release()
 	}
 	shared.store.Close()
 	if merr := MountsLeft(testutil.StateDirPath()); merr != nil && err == nil {
