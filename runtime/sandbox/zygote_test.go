@@ -999,3 +999,22 @@ print(sys.version_info[1], *shared, Mine.died, sys.getrefcount(Mine) < 100)`
 		}
 	}
 }
+
+// TestZygoteExercise: a template that imported pandas ran its exercise
+// (zygote.py's EXERCISES) before forking, so a child finds pandas'
+// DataFrame.describe already specialized by the adaptive interpreter
+// (instructions dis does not know by name) before it ever calls it.
+func TestZygoteExercise(t *testing.T) {
+	rt := zygoteRuntime(t, sandbox.ZygoteOptions{Warm: []string{"numpy", "pandas"}})
+	sb := startZygote(t, rt, testenv.DataRootfs(t))
+	out := strings.Fields(execOK(t, sb, `import sys, dis
+warm = 'pandas' in sys.modules
+import pandas
+print(warm, sum(1 for i in dis.get_instructions(pandas.DataFrame.describe, adaptive=True) if i.opname not in dis.opmap))`))
+	if len(out) != 2 || out[0] != "True" {
+		t.Fatalf("child printed %q: pandas was not imported by the template, the test proves nothing", out)
+	}
+	if n, _ := strconv.Atoi(out[1]); n == 0 {
+		t.Errorf("DataFrame.describe has no specialized instruction in a fresh child: the template did not exercise pandas")
+	}
+}
