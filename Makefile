@@ -42,7 +42,9 @@ $(ZFORK): runtime/kernel/reaperbin/zfork.c
 	$(CC) -shared -fPIC -nostdlib -ffreestanding -fno-builtin -fno-stack-protector -fcf-protection=none \
 		-O2 -fvisibility=hidden -Wall -Wextra -Werror -Wl,--no-undefined -Wl,-z,noexecstack -s -o $@ $<
 
-# The default image forge/python:3.11 (and the data image) from Debian packages.
+# The default image forge/python:3.11 (Debian 12's packages), and the data
+# image forge/python-data:3.13 (Debian 13's: a zygote template of Python 3.12
+# or later makes its heap immortal, so a live session takes less memory).
 # The OCI layout is cached under ~/.cache/forge, so this is quick when done once.
 image: build
 	$(BIN) image bootstrap
@@ -50,7 +52,7 @@ image: build
 image-data: build
 	$(BIN) image bootstrap --packages python3-numpy,python3-pandas,python3-matplotlib
 
-# The second Python: Debian 13 (trixie), forge/python:3.13.
+# The second Python: Debian 13 (trixie), forge/python:3.13 (the data image's).
 image-trixie: build
 	$(BIN) image bootstrap --suite trixie
 
@@ -70,7 +72,7 @@ export FORGE_TEST_STATE_DIR
 # once, up front (a no-op when present), so no two test processes race to.
 test-images: image image-data image-trixie
 	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python_3.11
-	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python-data_3.11
+	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python-data_3.13
 	$(BIN) --state-dir $(FORGE_TEST_STATE_DIR) image import oci:$(CACHE)/images/forge_python_3.13
 
 # The downstream MCP server of the code-mode tests (test/testenv.MCPServer),

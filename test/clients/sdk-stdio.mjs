@@ -2,7 +2,7 @@
 //
 // Usage: FORGE_BIN=FORGE_BINARY node --test sdk-stdio.mjs
 // Environment: FORGE_STATE_DIR (a state dir with forge/python:3.11 and
-// forge/python-data:3.11 imported), passed on to forge.
+// forge/python-data:3.13 imported), passed on to forge.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -11,7 +11,7 @@ import { McpError, ErrorCode } from "@modelcontextprotocol/sdk/types.js";
 
 const forge = process.argv[2] ?? process.env.FORGE_BIN;
 assert.ok(forge, "usage: FORGE_BIN=FORGE_BINARY node --test sdk-stdio.mjs");
-const DATA_IMAGE = process.env.FORGE_DATA_IMAGE ?? "forge/python-data:3.11";
+const DATA_IMAGE = process.env.FORGE_DATA_IMAGE ?? "forge/python-data:3.13";
 
 async function connect() {
   const transport = new StdioClientTransport({

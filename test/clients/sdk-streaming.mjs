@@ -7,7 +7,7 @@
 //
 // Usage: FORGE_BIN=FORGE_BINARY node --test sdk-streaming.mjs
 // Environment: FORGE_STATE_DIR (a state dir with forge/python:3.11 and
-// forge/python-data:3.11 imported), passed on to forge. Needs root (it looks
+// forge/python-data:3.13 imported), passed on to forge. Needs root (it looks
 // for the sandbox's processes on the host).
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -22,7 +22,7 @@ import { progressAndCancelTests, runner, sleep, within } from "./streaming-share
 
 const forge = process.argv[2] ?? process.env.FORGE_BIN;
 assert.ok(forge, "usage: FORGE_BIN=FORGE_BINARY node --test sdk-streaming.mjs");
-const DATA_IMAGE = process.env.FORGE_DATA_IMAGE ?? "forge/python-data:3.11";
+const DATA_IMAGE = process.env.FORGE_DATA_IMAGE ?? "forge/python-data:3.13";
 
 const transport = new StdioClientTransport({ command: forge, args: ["serve"], env: { ...process.env }, stderr: "inherit" });
 const client = new Client({ name: "forge-streaming-test", version: "1.0.0" });

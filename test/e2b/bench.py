@@ -92,7 +92,7 @@ def main():
 
     # The image the SDK's default template runs (e2b.default_template: the data image when
     # present, which scripts/test-e2b.sh checks): the REST sessions use the same.
-    image = os.environ.get("FORGE_TEST_E2B_IMAGE", "forge/python-data:3.11")
+    image = os.environ.get("FORGE_TEST_E2B_IMAGE", "forge/python-data:3.13")
 
     # Warm-up (not counted): the first sandbox of a tenant fills its pools.
     for _ in range(2):

@@ -28,7 +28,7 @@ import (
 // BaseImage and DataImage are the bootstrapped images tests use.
 const (
 	BaseImage = "forge/python:3.11"
-	DataImage = "forge/python-data:3.11"
+	DataImage = "forge/python-data:3.13"
 	// TrixieImage is the second Python: Debian 13's (make image-trixie).
 	TrixieImage = "forge/python:3.13"
 )
